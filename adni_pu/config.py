@@ -1,0 +1,236 @@
+"""Typed settings: dataclasses filled from TOML files and CLI overrides, saved with each run.
+
+Every subsystem declares its settings as a (nested) dataclass. This module turns a
+TOML file plus ``key.sub=value`` overrides into that dataclass, refusing unknown keys
+and wrongly typed values with a message that names the file, the field, what was
+expected and what was found, and writes the resolved settings back as TOML.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+import tomllib
+import types
+import typing
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A settings file or override that cannot be used."""
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _coerce(value: Any, tp: Any, where: str) -> Any:
+    """Check ``value`` against the annotation ``tp`` (and convert the few safe cases)."""
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, where)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(f"{where}: expected {_type_name(tp)}, found {value!r}")
+    if origin is typing.Literal:
+        if value not in args:
+            raise ConfigError(f"{where}: expected one of {list(args)}, found {value!r}")
+        return value
+    if dataclasses.is_dataclass(tp):
+        if isinstance(value, tp):
+            return value
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a table of settings, found {value!r}")
+        return from_dict(tp, value, where)
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where}: expected a list, found {value!r}")
+        if origin is tuple and args and args[-1] is not Ellipsis:
+            if len(args) != len(value):
+                raise ConfigError(f"{where}: expected {len(args)} values, found {len(value)}")
+            return tuple(_coerce(v, a, f"{where}[{i}]") for i, (v, a) in enumerate(zip(value, args)))
+        inner = args[0] if args else Any
+        items = [_coerce(v, inner, f"{where}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a table, found {value!r}")
+        return dict(value)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{where}: expected true or false, found {value!r}")
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and value.is_integer():
+                return int(value)
+            raise ConfigError(f"{where}: expected an integer, found {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where}: expected a number, found {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected text, found {value!r}")
+        return value
+    if tp is Path:
+        if not isinstance(value, (str, Path)):
+            raise ConfigError(f"{where}: expected a path, found {value!r}")
+        return Path(value)
+    return value
+
+
+def from_dict(cls: type[T], data: dict[str, Any], where: str = "config") -> T:
+    """Build dataclass ``cls`` from a plain dict, refusing unknown keys and bad types."""
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown setting(s) {unknown}; expected some of {sorted(names)}"
+        )
+    kwargs = {k: _coerce(v, hints[k], f"{where}.{k}") for k, v in data.items()}
+    try:
+        obj = cls(**kwargs)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{where}: {exc}") from exc
+    return obj
+
+
+def to_dict(obj: Any) -> Any:
+    """Plain-data view of a settings object (dataclasses, tuples and paths flattened)."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [to_dict(v) for v in obj]
+    if isinstance(obj, dict):
+        return {str(k): to_dict(v) for k, v in obj.items()}
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """Parse ``a.b=value`` where value is read as TOML (falls back to a bare string)."""
+    if "=" not in text:
+        raise ConfigError(f"override {text!r}: expected KEY=VALUE, e.g. train.epochs=20")
+    key, raw = text.split("=", 1)
+    key = key.strip()
+    try:
+        value = tomllib.loads(f"v = {raw.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw.strip()
+    return key.split("."), value
+
+
+def merge(base: dict[str, Any], path: list[str], value: Any) -> None:
+    """Set ``base[path[0]][path[1]]... = value`` in place, creating tables on the way."""
+    node = base
+    for part in path[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"override {'.'.join(path)}: {part} is not a table")
+    node[path[-1]] = value
+
+
+def load(
+    cls: type[T],
+    path: str | Path | None = None,
+    overrides: list[str] | None = None,
+    defaults: dict[str, Any] | None = None,
+) -> T:
+    """Load settings ``cls`` from an optional TOML file, then apply overrides.
+
+    Precedence (lowest first): dataclass defaults, ``defaults``, the file, ``overrides``.
+    """
+    data: dict[str, Any] = json.loads(json.dumps(defaults or {}))
+    where = "config"
+    if path is not None:
+        path = Path(path)
+        where = str(path)
+        if not path.is_file():
+            raise ConfigError(f"{path}: settings file not found")
+        try:
+            file_data = tomllib.loads(path.read_text())
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: not valid TOML ({exc})") from exc
+        _deep_update(data, file_data)
+    for text in overrides or []:
+        keys, value = parse_override(text)
+        merge(data, keys, value)
+    return from_dict(cls, data, where)
+
+
+def _deep_update(base: dict[str, Any], new: dict[str, Any]) -> None:
+    for key, value in new.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _deep_update(base[key], value)
+        else:
+            base[key] = value
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise ConfigError(f"cannot write {value!r} as TOML")
+
+
+def dumps_toml(data: dict[str, Any], _prefix: str = "") -> str:
+    """Serialise a nested dict of plain values to TOML (``None`` values are left out)."""
+    lines: list[str] = []
+    tables: list[tuple[str, dict[str, Any]]] = []
+    for key, value in data.items():
+        if value is None:
+            continue
+        if isinstance(value, dict):
+            tables.append((key, value))
+        else:
+            lines.append(f"{key} = {_toml_value(value)}")
+    out = "\n".join(lines)
+    for key, value in tables:
+        name = f"{_prefix}{key}"
+        body = dumps_toml(value, f"{name}.")
+        out += ("\n\n" if out else "") + f"[{name}]\n" + body
+    return out.strip() + "\n"
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    """Write ``text`` to ``path`` through a temporary file in the same folder, then rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def save(obj: Any, path: str | Path) -> Path:
+    """Write the resolved settings object as TOML (atomically)."""
+    return atomic_write_text(path, dumps_toml(to_dict(obj)))
