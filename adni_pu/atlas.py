@@ -59,7 +59,7 @@ def template_paths() -> dict[str, Path]:
     return paths
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def aal_labels() -> dict[str, int]:
     """AAL region name -> label value in the bundled atlas."""
     lines = template_paths()["aal_labels"].read_text().strip().splitlines()

@@ -12,11 +12,12 @@ import dataclasses
 import json
 import os
 import tempfile
-import tomllib
 import types
 import typing
 from pathlib import Path
 from typing import Any, TypeVar
+
+import tomllib
 
 T = TypeVar("T")
 

@@ -1,0 +1,179 @@
+"""Benchmark runs: one method on MNIST or CIFAR-10 over several seeds, mean (std) results.
+
+Each seed trains in its own run folder (resumable: a finished seed is not trained again)
+and the aggregate is written as the results JSON of ``docs/benchmarks`` plus a Markdown table.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from adni_pu import config as cfgmod
+from adni_pu.provenance import machine_description, package_versions
+from adni_pu.pu.metrics import summarise
+
+DATA_NAMES = {"mnist": "MNIST (original IDX)", "cifar10": "CIFAR-10"}
+
+
+@dataclass
+class BenchmarkSpec:
+    """What to run: data set, method or preset, seeds and the PU construction."""
+
+    dataset: str
+    method: str = "nnpu"
+    preset: str | None = None
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    data_dir: Path = Path("data")
+    out: Path = Path("runs/benchmark")
+    n_labelled: int = 1000
+    prior: float | None = None
+    scheme: str = "case-control"
+    val_fraction: float = 0.1
+    config_file: Path | None = None
+    overrides: list[str] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return self.preset or self.method
+
+
+def resolve_config(spec: BenchmarkSpec, seed: int) -> Any:
+    """The TrainConfig of one seed: paper defaults < preset < file < overrides."""
+    from adni_pu.data.benchmarks import PAPER_MODEL
+    from adni_pu.pu.config import TrainConfig, preset_settings
+
+    defaults: dict[str, Any] = {"model": PAPER_MODEL[spec.dataset], "track_test": True}
+    if spec.dataset == "cifar10":
+        defaults["lr"] = 5e-4
+    defaults.update(preset_settings(spec.preset or spec.method))
+    if spec.preset is None and spec.method == "selfpu":
+        defaults.update(preset_settings("selfpu"))
+    overrides = [*spec.overrides, f"seed={seed}"]
+    return cfgmod.load(TrainConfig, spec.config_file, overrides, defaults)
+
+
+def run_seed(spec: BenchmarkSpec, seed: int, cache_dir: Path | None = None) -> dict[str, Any]:
+    """Train and evaluate one seed; reuse its result file if it is already there."""
+    from adni_pu.data.benchmarks import load_benchmark
+    from adni_pu.pu.trainer import Trainer
+
+    run_dir = spec.out / f"seed{seed}"
+    result_path = run_dir / "result.json"
+    cfg = resolve_config(spec, seed)
+    if result_path.is_file():
+        saved = json.loads(result_path.read_text())
+        if saved.get("config") == cfgmod.to_dict(cfg):
+            print(f"seed {seed}: already done ({result_path})", file=sys.stderr)
+            return saved
+    data = load_benchmark(spec.dataset, spec.data_dir, spec.n_labelled, spec.prior,
+                          spec.scheme, spec.val_fraction, seed=seed, cache_dir=cache_dir)
+    trainer = Trainer(cfg, data, run_dir)
+    fit = trainer.fit()
+    metrics, _ = trainer.evaluate_split(data.test)
+    diag = [v for row in fit.history for k, v in row.items() if k.startswith("test_diagnostic/")]
+    result = {
+        "seed": seed,
+        "config": cfgmod.to_dict(cfg),
+        "data": data.info,
+        "selected_epoch": fit.best_epoch,
+        "selected_model": fit.best_candidate,
+        "val_criterion": cfg.val_criterion,
+        "val_score": fit.best_score,
+        "test": metrics,
+        "test_accuracy_test_selected": max(diag) if diag else None,
+        "seconds_per_epoch": _phase_seconds(fit.history),
+    }
+    cfgmod.atomic_write_text(result_path, json.dumps(result, indent=2) + "\n")
+    return result
+
+
+def _phase_seconds(history: list[dict[str, Any]]) -> dict[str, float]:
+    from adni_pu.pu.trainer import seconds_by_phase
+
+    return {k: v["mean"] for k, v in seconds_by_phase(history).items()}
+
+
+def aggregate(spec: BenchmarkSpec, results: list[dict[str, Any]], command: str) -> dict[str, Any]:
+    """The results JSON (accuracies in percent) for ``results`` of several seeds."""
+    def pct(values: list[float | None]) -> dict[str, float]:
+        return summarise([100.0 * v for v in values if v is not None])
+
+    method = {
+        "test_accuracy": pct([r["test"]["accuracy"] for r in results]),
+        "test_accuracy_test_selected": pct([r["test_accuracy_test_selected"] for r in results]),
+        "test_balanced_accuracy": pct([r["test"]["balanced_accuracy"] for r in results]),
+        "test_auc": pct([r["test"]["auc"] for r in results]),
+        "test_f1": pct([r["test"]["f1"] for r in results]),
+        "seconds_per_epoch": {
+            phase: summarise([r["seconds_per_epoch"][phase] for r in results
+                              if phase in r["seconds_per_epoch"]])
+            for phase in sorted({p for r in results for p in r["seconds_per_epoch"]})
+        },
+        "selected_epochs": [r["selected_epoch"] for r in results],
+        "selected_models": [r["selected_model"] for r in results],
+    }
+    first = results[0]["config"]
+    data_name = DATA_NAMES[spec.dataset]
+    if spec.dataset == "cifar10" and "jpeg" in str(spec.data_dir).lower():
+        data_name = "CIFAR-10 (JPEG q75 copy)"
+    return {
+        "benchmark": f"{spec.dataset}-pu",
+        "command": command,
+        "date": _dt.date.today().isoformat(),
+        "machine": machine_description(),
+        "data": data_name,
+        "accuracy_unit": "percent",
+        "settings": {
+            "method": spec.label, "n_labelled": spec.n_labelled, "scheme": spec.scheme,
+            "prior": results[0]["data"]["prior"], "val_fraction": spec.val_fraction,
+            "seeds": [r["seed"] for r in results], "epochs": first["epochs"],
+            "batch_size": first["batch_size"], "lr": first["lr"],
+            "weight_decay": first["weight_decay"], "model": first["model"],
+            "val_criterion": first["val_criterion"], "pn_validation": first["pn_validation"],
+            "selfpu": first["selfpu"] if first["method"] == "selfpu" else None,
+        },
+        "versions": package_versions(),
+        "results": {spec.label: method},
+        "per_seed": [
+            {k: r[k] for k in ("seed", "selected_epoch", "selected_model", "val_score",
+                               "test", "test_accuracy_test_selected", "seconds_per_epoch")}
+            for r in results
+        ],
+    }
+
+
+def markdown_table(summary: dict[str, Any]) -> str:
+    """A one-row-per-method table: honest accuracy, test-selected accuracy, AUC, s/epoch."""
+    lines = ["| method | test accuracy % (val-selected) | test-selected % (diagnostic) | "
+             "AUC % | s/epoch by phase |", "|---|---|---|---|---|"]
+    for name, r in summary["results"].items():
+        def fmt(d: dict[str, float]) -> str:
+            return f"{d['mean']:.2f} ({d['std']:.2f})"
+
+        secs = ", ".join(f"{p}: {v['mean']:.1f}" for p, v in r["seconds_per_epoch"].items())
+        lines.append(f"| {name} | {fmt(r['test_accuracy'])} | "
+                     f"{fmt(r['test_accuracy_test_selected'])} | {fmt(r['test_auc'])} | {secs} |")
+    return "\n".join(lines) + "\n"
+
+
+def run_benchmark(spec: BenchmarkSpec, results_json: Path | None = None,
+                  command: str | None = None) -> dict[str, Any]:
+    """Run every seed, then write ``results.json`` and ``results.md`` into ``spec.out``."""
+    if spec.dataset not in DATA_NAMES:
+        raise ValueError(f"benchmark {spec.dataset!r}: expected one of {sorted(DATA_NAMES)}")
+    spec.out.mkdir(parents=True, exist_ok=True)
+    cache = spec.out / ".cache"
+    results = [run_seed(spec, seed, cache) for seed in spec.seeds]
+    command = command or " ".join(["adni-pu", *sys.argv[1:]])
+    summary = aggregate(spec, results, command)
+    text = json.dumps(summary, indent=2) + "\n"
+    cfgmod.atomic_write_text(spec.out / "results.json", text)
+    cfgmod.atomic_write_text(spec.out / "results.md", markdown_table(summary))
+    if results_json is not None:
+        cfgmod.atomic_write_text(results_json, text)
+    return summary

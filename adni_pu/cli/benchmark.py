@@ -1,0 +1,96 @@
+"""``adni-pu benchmark {mnist,cifar10}``: the paper's benchmark tables, mean (std) over seeds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+bench_app = typer.Typer(help="Reproduce the paper's MNIST / CIFAR-10 PU benchmarks.",
+                        no_args_is_help=True)
+
+Method = Annotated[str, typer.Option(help="naive, upu, nnpu or selfpu")]
+Preset = Annotated[Optional[str], typer.Option(  # noqa: UP045 - typer needs Optional
+    help="a named configuration (ablation row), e.g. sps-reweight; see `adni-pu presets`")]
+
+
+def _run(dataset: str, method: str, preset: str | None, seeds: int, seed_offset: int,
+         epochs: int | None, data_dir: Path, out: Path, config: Path | None, sets: list[str],
+         n_labelled: int, prior: float | None, scheme: str, val_fraction: float,
+         results_json: Path | None, threads: int, device: str) -> None:
+    from adni_pu.benchmark import BenchmarkSpec, markdown_table, run_benchmark
+    from adni_pu.config import ConfigError
+    from adni_pu.data.pu import PUConstructionError
+    from adni_pu.data.readers import DataFormatError
+
+    if method not in ("naive", "upu", "nnpu", "selfpu"):
+        raise typer.BadParameter(f"{method!r}: expected naive, upu, nnpu or selfpu",
+                                 param_hint="--method")
+    overrides = [f"threads={threads}", f'device="{device}"']
+    if preset is None:
+        overrides.append(f'method="{method}"')
+    if epochs is not None:
+        overrides.append(f"epochs={epochs}")
+    spec = BenchmarkSpec(
+        dataset=dataset, method=method, preset=preset,
+        seeds=list(range(seed_offset, seed_offset + seeds)), data_dir=data_dir, out=out,
+        n_labelled=n_labelled, prior=prior, scheme=scheme, val_fraction=val_fraction,
+        config_file=config, overrides=[*overrides, *sets],
+    )
+    try:
+        summary = run_benchmark(spec, results_json)
+    except (ConfigError, DataFormatError, PUConstructionError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    typer.echo(markdown_table(summary))
+    typer.echo(f"results: {out / 'results.json'}")
+
+
+def _command(dataset: str):  # noqa: ANN202 - typer reads the signature
+    def command(
+        method: Method = "nnpu",
+        preset: Preset = None,
+        seeds: Annotated[int, typer.Option(help="number of seeds")] = 3,
+        seed_offset: Annotated[int, typer.Option(help="first seed")] = 0,
+        epochs: Annotated[Optional[int], typer.Option(help="epochs (default 200)")] = None,  # noqa: UP045
+        data_dir: Annotated[Path, typer.Option(help="folder with the data set files")] = Path(
+            "data"),
+        out: Annotated[Path, typer.Option(help="output folder (one run folder per seed)")] = Path(
+            "runs/benchmark"),
+        config: Annotated[Optional[Path], typer.Option(help="TOML settings file")] = None,  # noqa: UP045
+        set_: Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
+            "--set", help="override a setting, e.g. --set selfpu.rates=[0.2,0.3]")] = None,
+        n_labelled: Annotated[int, typer.Option(help="labelled positives n_p")] = 1000,
+        prior: Annotated[Optional[float], typer.Option(  # noqa: UP045
+            help="class prior (default: the paper's)")] = None,
+        scheme: Annotated[str, typer.Option(help="case-control or censoring")] = "case-control",
+        val_fraction: Annotated[float, typer.Option(help="PU validation split size")] = 0.1,
+        results_json: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+            help="also write the results JSON here")] = None,
+        threads: Annotated[int, typer.Option(help="torch CPU threads (0: default)")] = 0,
+        device: Annotated[str, typer.Option(help="auto, cpu or cuda")] = "auto",
+    ) -> None:
+        _run(dataset, method, preset, seeds, seed_offset, epochs, data_dir, out, config,
+             set_ or [], n_labelled, prior, scheme, val_fraction, results_json, threads, device)
+
+    command.__doc__ = f"Train on {dataset} PU splits over several seeds; write results JSON."
+    return command
+
+
+bench_app.command("mnist")(_command("mnist"))
+bench_app.command("cifar10")(_command("cifar10"))
+
+
+def presets() -> None:
+    """List the named training configurations (the paper's ablation rows and baselines)."""
+    from adni_pu.pu.config import PRESET_DESCRIPTIONS
+
+    for name, text in PRESET_DESCRIPTIONS.items():
+        typer.echo(f"{name:20s} {text}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``benchmark`` and ``presets`` to the main app."""
+    app.add_typer(bench_app, name="benchmark")
+    app.command("presets")(presets)

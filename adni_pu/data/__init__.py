@@ -1,0 +1,1 @@
+"""Data: benchmark readers (MNIST, CIFAR-10), PU split construction and volume datasets."""

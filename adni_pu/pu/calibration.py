@@ -1,0 +1,133 @@
+"""Self-calibrated loss reweighting: learning-to-reweight (Ren et al. 2018) with one virtual step.
+
+Every unlabelled example i outside the trusted set carries two weights: ``w_i1`` on its
+entropy term L_CES (cross entropy of its prediction against itself, which sharpens it) and
+``w_i2`` on its nnPU term l(g_i, -1). With all weights at zero, one virtual SGD step of size
+``delta`` is taken through :func:`torch.func.functional_call` (no copy of the network, no
+hand-written meta layers), the validation objective is evaluated at the virtual parameters,
+and ``u = -d objective / d w`` at zero tells which examples' terms would lower it.
+
+Normalisation (ours, documented): ``w~ = max(u, 0)``; each example's two weights are
+rescaled to sum to one, ``a_i = w~_i1 / (w~_i1 + w~_i2)``, ``b_i = w~_i2 / (...)``, so the
+batch's loss keeps the scale of plain nnPU and a weight says *how* an example is used, not
+how much; an example with both weights zero falls back to pure nnPU (a=0, b=1). Then the
+total entropy weight of the batch is capped at ``cap * batch_size`` (cap = 1/16): examples
+are admitted by decreasing ``a_i`` and, once the cap is reached, the rest fall back to pure
+nnPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+ValidationObjective = Callable[[dict[str, torch.Tensor]], torch.Tensor]
+
+
+@dataclass
+class CalibrationWeights:
+    """Per-example weights on the entropy term (``ce``) and the nnPU term (``pu``)."""
+
+    ce: torch.Tensor
+    pu: torch.Tensor
+    raw: torch.Tensor  # u before clamping, shape 2 x n
+    capped: int
+
+    def stats(self) -> dict[str, float]:
+        n = max(self.ce.numel(), 1)
+        return {
+            "ce_weight_mean": float(self.ce.mean()) if self.ce.numel() else 0.0,
+            "ce_weight_nonzero": float((self.ce > 0).sum()) / n,
+            "pu_weight_mean": float(self.pu.mean()) if self.pu.numel() else 0.0,
+            "raw_positive_fraction": float((self.raw > 0).float().mean()) if self.raw.numel()
+            else 0.0,
+            "capped_fraction": self.capped / n,
+        }
+
+
+def virtual_parameters(model: nn.Module) -> tuple[list[str], list[torch.Tensor]]:
+    """Names and tensors of the trainable parameters (the virtual step moves these)."""
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    return [n for n, _ in named], [p for _, p in named]
+
+
+def cloned_buffers(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Copies of the module's buffers, so a functional forward in train mode cannot change
+    the real BatchNorm running statistics."""
+    return {n: b.detach().clone() for n, b in model.named_buffers()}
+
+
+def functional_forward(model: nn.Module, params: dict[str, torch.Tensor], x: object
+                       ) -> torch.Tensor:
+    """Run ``model`` with ``params`` in place of its parameters and private buffer copies."""
+    return torch.func.functional_call(model, {**cloned_buffers(model), **params}, (x,))
+
+
+def hypergradient(
+    model: nn.Module,
+    entropy_terms: torch.Tensor,
+    pu_terms: torch.Tensor,
+    objective: ValidationObjective,
+    step_size: float,
+    sign_flip: bool = False,
+) -> torch.Tensor:
+    """``u = -d objective(theta - delta * grad L(theta, w)) / d w`` at ``w = 0`` (2 x n).
+
+    ``entropy_terms`` and ``pu_terms`` are per-example losses that still hold their graph to
+    the model's parameters. ``sign_flip`` reproduces the published code's defect (the
+    entropy term enters the virtual loss with the opposite sign).
+    """
+    n = pu_terms.numel()
+    weights = torch.zeros(2, n, dtype=pu_terms.dtype, device=pu_terms.device,
+                          requires_grad=True)
+    sign = -1.0 if sign_flip else 1.0
+    virtual_loss = (weights[0] * sign * entropy_terms + weights[1] * pu_terms).sum() / max(n, 1)
+    names, params = virtual_parameters(model)
+    grads = torch.autograd.grad(virtual_loss, params, create_graph=True, retain_graph=True,
+                                allow_unused=True)
+    moved = {
+        name: p if g is None else p - step_size * g
+        for name, p, g in zip(names, params, grads)
+    }
+    value = objective(moved)
+    (grad_w,) = torch.autograd.grad(value, weights, retain_graph=True, allow_unused=True)
+    if grad_w is None:
+        return torch.zeros(2, n, device=pu_terms.device)
+    return -grad_w.detach()
+
+
+def normalise_weights(raw: torch.Tensor, batch_size: int, cap: float) -> CalibrationWeights:
+    """Clamp, per-example normalisation and the batch cap on the entropy weight (see module)."""
+    w = torch.clamp(raw, min=0.0)
+    total = w.sum(dim=0)
+    has = total > 0
+    ce = torch.where(has, w[0] / torch.where(has, total, torch.ones_like(total)),
+                     torch.zeros_like(total))
+    pu = torch.where(has, 1.0 - ce, torch.ones_like(total))
+    budget = cap * batch_size
+    order = torch.argsort(ce, descending=True, stable=True)
+    over = torch.cumsum(ce[order], 0) > budget + 1e-12
+    capped_idx = order[over & (ce[order] > 0)]
+    ce = ce.clone()
+    pu = pu.clone()
+    ce[capped_idx] = 0.0
+    pu[capped_idx] = 1.0
+    return CalibrationWeights(ce, pu, raw, int(capped_idx.numel()))
+
+
+def calibration_weights(
+    model: nn.Module,
+    entropy_terms: torch.Tensor,
+    pu_terms: torch.Tensor,
+    objective: ValidationObjective,
+    step_size: float,
+    batch_size: int,
+    cap: float,
+    sign_flip: bool = False,
+) -> CalibrationWeights:
+    """The whole self-calibration step for one mini-batch."""
+    raw = hypergradient(model, entropy_terms, pu_terms, objective, step_size, sign_flip)
+    return normalise_weights(raw, batch_size, cap)

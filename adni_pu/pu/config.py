@@ -1,0 +1,175 @@
+"""Settings of the one PU trainer, and the named presets of the paper's ablation table.
+
+Every method (naive PN, uPU, nnPU, Self-PU and each ablation row) is a configuration of
+:class:`TrainConfig`; :data:`PRESETS` maps a row name to the settings that make it.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Method = Literal["naive", "upu", "nnpu", "selfpu"]
+Criterion = Literal["pu_risk", "pu_zero_one", "pu_auc", "pn_accuracy"]
+
+
+@dataclass
+class SelfPUConfig:
+    """Self-PU: self-paced trusted sets, self-calibration, students and teachers.
+
+    Epochs ``[0, warmup_epochs)`` are phase 1 (nnPU warm-up), ``[warmup_epochs,
+    self_paced_end)`` phase 2 (self-paced learning with self-calibrated reweighting), and
+    from ``self_paced_end`` on phase 3 (self-distillation with students and teachers).
+    """
+
+    warmup_epochs: int = 10
+    self_paced_end: int = 50
+    select_every: int = 10
+    # One student per rate; the paper uses two students with paces 20% and 30%.
+    rates: tuple[float, ...] = (0.2, 0.3)
+    # "linear": the trusted set grows linearly to rate*|U| by the end of phase 2;
+    # "fixed": rate*|U| from the first selection (ablation "L_SP fixed size").
+    schedule: Literal["linear", "fixed"] = "linear"
+    # In-and-out: each selection rebuilds the trusted set from scratch. False keeps earlier
+    # members and only adds (ablation "L_SP without replacement").
+    replacement: bool = True
+    # Target of a trusted example: "hard" 0/1, "soft" the selecting model's probability
+    # stored at selection time (the paper), "entropy" the current prediction (published code).
+    labels: Literal["hard", "soft", "entropy"] = "soft"
+    # Use the positive fraction left in D_U minus the trusted set as the nnPU prior.
+    correct_prior: bool = True
+    # Self-calibrated loss reweighting (learning to reweight with one virtual step).
+    reweight: bool = True
+    reweight_in_phase3: bool = False
+    meta_step_size: float = 1e-3
+    meta_ce_cap: float = 1.0 / 16
+    # Validation objective of the meta step: the PU risk on the PU validation split, or
+    # cross entropy on labelled validation examples (needs TrainConfig.pn_validation).
+    meta_objective: Literal["pu_risk", "pn_ce"] = "pu_risk"
+    # The published code flips the sign of the entropy term between the virtual and the
+    # real loss; True reproduces that defect (for comparison only).
+    meta_sign_flip: bool = False
+    # Student consistency in phase 3.
+    student_consistency: Literal["none", "per_example", "per_batch"] = "per_example"
+    alpha: float = 10.0
+    batch_gate: float = 0.1
+    student_weight: float = 1.0
+    # Mean teachers in phase 3.
+    teachers: bool = True
+    teacher_average: Literal["ema", "uniform"] = "ema"
+    ema_decay: float = 0.999
+    teacher_weight: float = 0.3
+    teacher_rampup_epochs: int = 30
+    # The final model: the better teacher (or student, without teachers) by the validation
+    # criterion, or the average of the two teachers' probabilities.
+    final_model: Literal["best", "average"] = "best"
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.warmup_epochs <= self.self_paced_end:
+            raise ValueError(
+                f"warmup_epochs={self.warmup_epochs} and self_paced_end={self.self_paced_end}: "
+                "expected 0 <= warmup_epochs <= self_paced_end"
+            )
+        if self.select_every < 1:
+            raise ValueError(f"select_every={self.select_every}: expected >= 1")
+        if not self.rates or any(not 0.0 <= r <= 1.0 for r in self.rates):
+            raise ValueError(f"rates={self.rates}: expected one or more numbers in [0, 1]")
+        if len(self.rates) > 2:
+            raise ValueError(f"rates={self.rates}: at most two students")
+        if not 0.0 <= self.ema_decay < 1.0:
+            raise ValueError(f"ema_decay={self.ema_decay}: expected a number in [0, 1)")
+
+
+@dataclass
+class TrainConfig:
+    """Everything one training run needs besides the data."""
+
+    method: Method = "nnpu"
+    model: str = "mlp6"
+    model_args: dict[str, Any] = field(default_factory=dict)
+    epochs: int = 200
+    batch_size: int = 256
+    lr: float = 1e-3
+    weight_decay: float = 5e-3
+    # Class prior used by the risks; None: the data's (PUData.prior).
+    prior: float | None = None
+    # nnPU step rule.
+    beta: float = 0.0
+    gamma: float = 1.0
+    # Model selection on the validation split (never on test).
+    val_criterion: Criterion = "pu_risk"
+    # Use true labels of the validation split (a labelled PN validation set, as the paper's
+    # meta step assumes). Results made with it must say so.
+    pn_validation: bool = False
+    seed: int = 0
+    deterministic: bool = True
+    device: str = "auto"
+    num_workers: int = 0
+    threads: int = 0
+    eval_batch_size: int = 1024
+    # Evaluate the test split every epoch for the "test-selected" diagnostic only.
+    track_test: bool = False
+    progress: bool = True
+    selfpu: SelfPUConfig = field(default_factory=SelfPUConfig)
+
+    def __post_init__(self) -> None:
+        if self.epochs < 1 or self.batch_size < 2:
+            raise ValueError(f"epochs={self.epochs}, batch_size={self.batch_size}: "
+                             "expected epochs >= 1 and batch_size >= 2")
+        if self.prior is not None and not 0.0 < self.prior < 1.0:
+            raise ValueError(f"prior={self.prior}: expected a number in (0, 1)")
+        if self.val_criterion == "pn_accuracy" and not self.pn_validation:
+            raise ValueError("val_criterion='pn_accuracy' needs pn_validation=true")
+        if self.selfpu.meta_objective == "pn_ce" and not self.pn_validation:
+            raise ValueError("selfpu.meta_objective='pn_ce' needs pn_validation=true")
+
+
+def _sp(**kw: Any) -> dict[str, Any]:
+    return {"method": "selfpu", "selfpu": kw}
+
+
+_NO_DISTILL = {"student_consistency": "none", "teachers": False}
+_ONE = {"rates": [0.3], **_NO_DISTILL}
+
+# The rows of Table 1 of the paper, plus the baselines and the published-code variant.
+PRESETS: dict[str, dict[str, Any]] = {
+    "naive": {"method": "naive"},
+    "upu": {"method": "upu"},
+    "nnpu": {"method": "nnpu"},
+    "sp-fixed": _sp(labels="hard", schedule="fixed", reweight=False, **_ONE),
+    "sp-no-replacement": _sp(labels="hard", replacement=False, reweight=False, **_ONE),
+    "sp": _sp(labels="hard", reweight=False, **_ONE),
+    "sps": _sp(labels="soft", reweight=False, **_ONE),
+    "sp-reweight": _sp(labels="hard", reweight=True, **_ONE),
+    "sps-reweight": _sp(labels="soft", reweight=True, **_ONE),
+    "students": _sp(labels="soft", reweight=True, teachers=False),
+    "teachers": _sp(labels="soft", reweight=True, student_consistency="none"),
+    "selfpu": _sp(),
+    "published-code": _sp(labels="entropy", student_consistency="per_batch",
+                          teacher_average="uniform", meta_sign_flip=True),
+}
+
+PRESET_DESCRIPTIONS: dict[str, str] = {
+    "naive": "naive PN: unlabelled treated as negative",
+    "upu": "uPU: unbiased PU risk",
+    "nnpu": "nnPU: non-negative PU risk (Kiryo et al. 2017)",
+    "sp-fixed": "L_SP, fixed size: trusted set of full size from the first selection",
+    "sp-no-replacement": "L_SP without replacement: selected examples never leave",
+    "sp": "L_SP: self-paced trusted set, hard labels, in-and-out",
+    "sps": "L_SPS: self-paced trusted set with soft labels",
+    "sp-reweight": "L_SP + self-calibrated reweighting",
+    "sps-reweight": "L_SPS + self-calibrated reweighting",
+    "students": "L_SPS + reweighting + two students (no teachers)",
+    "teachers": "L_SPS + reweighting + two students with mean teachers (no student consistency)",
+    "selfpu": "full Self-PU: two students, two mean teachers, per-example hard mining",
+    "published-code": "Self-PU as the published code runs it (entropy targets, batch gate, "
+                      "uniform teacher average, flipped entropy sign in the meta step)",
+}
+
+
+def preset_settings(name: str) -> dict[str, Any]:
+    """The settings (as a nested dict) of preset ``name``."""
+    if name not in PRESETS:
+        raise ValueError(f"preset {name!r}: expected one of {sorted(PRESETS)}")
+    return copy.deepcopy(PRESETS[name])

@@ -1,0 +1,116 @@
+"""Classification metrics from logits and true labels, PU validation criteria, bootstrap CIs."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def roc_auc(scores: np.ndarray, labels: np.ndarray) -> float:
+    """Area under the ROC curve (Mann-Whitney, ties counted half); nan with one class."""
+    scores = np.asarray(scores, dtype=np.float64)
+    labels = np.asarray(labels).astype(bool)
+    n_pos, n_neg = int(labels.sum()), int((~labels).sum())
+    if n_pos == 0 or n_neg == 0:
+        return float("nan")
+    from scipy.stats import rankdata
+
+    ranks = rankdata(scores)
+    return float((ranks[labels].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+def binary_metrics(logits: np.ndarray, truth: np.ndarray) -> dict[str, float]:
+    """Accuracy, balanced accuracy, AUC, precision, recall (sensitivity), specificity, F1.
+
+    Examples whose truth is unknown (nan) are left out; ``n`` says how many were scored.
+    """
+    logits = np.asarray(logits, dtype=np.float64)
+    truth = np.asarray(truth, dtype=np.float64)
+    known = ~np.isnan(truth)
+    logits, y = logits[known], truth[known].astype(bool)
+    pred = logits > 0
+    tp = int((pred & y).sum())
+    tn = int((~pred & ~y).sum())
+    fp = int((pred & ~y).sum())
+    fn = int((~pred & y).sum())
+    n = len(y)
+
+    def div(a: float, b: float) -> float:
+        return a / b if b else float("nan")
+
+    recall = div(tp, tp + fn)
+    specificity = div(tn, tn + fp)
+    precision = div(tp, tp + fp)
+    f1 = div(2 * precision * recall, precision + recall) if not (
+        math.isnan(precision) or math.isnan(recall)) else float("nan")
+    return {
+        "accuracy": div(tp + tn, n),
+        "balanced_accuracy": (recall + specificity) / 2,
+        "auc": roc_auc(logits, y),
+        "precision": precision,
+        "recall": recall,
+        "sensitivity": recall,
+        "specificity": specificity,
+        "f1": f1,
+        "n": float(n),
+        "n_unknown": float((~known).sum()),
+    }
+
+
+def bootstrap_ci(
+    logits: np.ndarray,
+    truth: np.ndarray,
+    metrics: tuple[str, ...] = ("accuracy", "balanced_accuracy", "auc", "sensitivity",
+                                "specificity"),
+    n_boot: int = 1000,
+    seed: int = 0,
+    level: float = 0.95,
+    groups: np.ndarray | None = None,
+) -> dict[str, dict[str, float]]:
+    """Point estimate and percentile bootstrap CI of each metric.
+
+    With ``groups`` (e.g. subject ids) whole groups are resampled, so several scans of one
+    subject do not narrow the interval.
+    """
+    logits = np.asarray(logits, dtype=np.float64)
+    truth = np.asarray(truth, dtype=np.float64)
+    known = ~np.isnan(truth)
+    logits, truth = logits[known], truth[known]
+    point = binary_metrics(logits, truth)
+    rng = np.random.default_rng(seed)
+    if groups is not None:
+        groups = np.asarray(groups)[known]
+        uniq, inverse = np.unique(groups, return_inverse=True)
+        members = [np.flatnonzero(inverse == g) for g in range(len(uniq))]
+    samples: dict[str, list[float]] = {m: [] for m in metrics}
+    n = len(truth)
+    for _ in range(n_boot if n else 0):
+        if groups is not None:
+            pick = rng.integers(0, len(members), len(members))
+            idx = np.concatenate([members[g] for g in pick])
+        else:
+            idx = rng.integers(0, n, n)
+        values = binary_metrics(logits[idx], truth[idx])
+        for m in metrics:
+            samples[m].append(values[m])
+    lo, hi = (1 - level) / 2 * 100, (1 + level) / 2 * 100
+    out = {}
+    for m in metrics:
+        arr = np.asarray(samples[m], dtype=np.float64)
+        arr = arr[~np.isnan(arr)]
+        out[m] = {
+            "value": point[m],
+            "ci_low": float(np.percentile(arr, lo)) if arr.size else float("nan"),
+            "ci_high": float(np.percentile(arr, hi)) if arr.size else float("nan"),
+        }
+    return out
+
+
+def summarise(values: list[float]) -> dict[str, float]:
+    """Mean, sample standard deviation and count (the form of the benchmark files)."""
+    arr = np.asarray([v for v in values if v is not None and not math.isnan(v)], dtype=float)
+    if arr.size == 0:
+        return {"mean": float("nan"), "std": float("nan"), "n": 0}
+    std = float(arr.std(ddof=1)) if arr.size > 1 else 0.0
+    return {"mean": float(arr.mean()), "std": std, "n": int(arr.size)}

@@ -1,0 +1,71 @@
+"""Pictures of a run: training curves and the trusted set over epochs (the paper's Figure 3)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+
+def _series(history: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
+    xs, ys = [], []
+    for row in history:
+        value = row.get(key)
+        if isinstance(value, (int, float)) and not math.isnan(value):
+            xs.append(int(row["epoch"]) + 1)
+            ys.append(float(value))
+    return xs, ys
+
+
+def _save(fig: Any, path: Path) -> None:
+    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
+    fig.savefig(tmp, dpi=110, bbox_inches="tight")
+    tmp.replace(path)
+
+
+def plot_training(history: list[dict[str, Any]], run_dir: Path, criterion: str) -> list[Path]:
+    """Write ``curves.png`` (and ``trusted_set.png`` for Self-PU runs) into ``run_dir``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not history:
+        return []
+    keys = sorted({k for row in history for k in row})
+    written = []
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    for key in keys:
+        if key.startswith("train/") and key.endswith("/loss"):
+            axes[0].plot(*_series(history, key), label=key.split("/")[1])
+        if key.startswith("val/") and key.endswith(f"/{criterion}"):
+            axes[1].plot(*_series(history, key), label=key.split("/")[1])
+        if key.startswith("test_diagnostic/") or (key.startswith("val/")
+                                                   and key.endswith("/pn_accuracy")):
+            axes[2].plot(*_series(history, key), label=key.replace("_diagnostic", ""))
+    axes[0].set_title("training loss")
+    axes[1].set_title(f"validation {criterion} (selection criterion)")
+    axes[2].set_title("accuracy (test: diagnostic only)")
+    for ax in axes:
+        ax.set_xlabel("epoch")
+        if ax.lines:
+            ax.legend(fontsize=7)
+    _save(fig, run_dir / "curves.png")
+    plt.close(fig)
+    written.append(run_dir / "curves.png")
+    size_keys = [k for k in keys if k.startswith("trusted/") and k.endswith("/size")]
+    if size_keys:
+        fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+        for key in size_keys:
+            name = key.split("/")[1]
+            axes[0].plot(*_series(history, key), label=name)
+            axes[1].plot(*_series(history, f"trusted/{name}/label_accuracy"), label=name)
+        axes[0].set_title("trusted set size")
+        axes[1].set_title("trusted set label accuracy (hidden truth)")
+        for ax in axes:
+            ax.set_xlabel("epoch")
+            ax.legend(fontsize=7)
+        _save(fig, run_dir / "trusted_set.png")
+        plt.close(fig)
+        written.append(run_dir / "trusted_set.png")
+    return written

@@ -1,0 +1,77 @@
+"""Mean teachers: averages of a student's weights that grade the student (phase 3).
+
+"ema" is the exponential moving average of Tarvainen & Valpola (decay ``min(1 - 1/(t+1),
+decay)``, so early steps are not dominated by the initial copy); "uniform" reproduces the
+published Self-PU code, whose "EMA" is an equal-weight average of all snapshots. BatchNorm
+running statistics are averaged the same way as the weights; integer buffers (the batch
+counter) are copied.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Literal
+
+import torch
+from torch import nn
+
+
+class MeanTeacher:
+    """A frozen copy of a student whose weights follow the student's by averaging."""
+
+    def __init__(self, student: nn.Module, mode: Literal["ema", "uniform"] = "ema",
+                 decay: float = 0.999) -> None:
+        if mode not in ("ema", "uniform"):
+            raise ValueError(f"teacher mode {mode!r}: expected 'ema' or 'uniform'")
+        self.model = copy.deepcopy(student)
+        for p in self.model.parameters():
+            p.requires_grad_(False)
+        self.mode = mode
+        self.decay = decay
+        self.steps = 0
+
+    def rate(self) -> float:
+        """Weight kept from the current teacher at the next update."""
+        uniform = 1.0 - 1.0 / (self.steps + 1)
+        return uniform if self.mode == "uniform" else min(uniform, self.decay)
+
+    @torch.no_grad()
+    def update(self, student: nn.Module) -> None:
+        """Move the teacher towards ``student`` by one averaging step."""
+        keep = self.rate()
+        for t, s in zip(self.model.parameters(), student.parameters()):
+            t.mul_(keep).add_(s.detach(), alpha=1.0 - keep)
+        for t, s in zip(self.model.buffers(), student.buffers()):
+            if t.dtype.is_floating_point:
+                t.mul_(keep).add_(s.detach(), alpha=1.0 - keep)
+            else:
+                t.copy_(s)
+        self.steps += 1
+
+    def state_dict(self) -> dict[str, object]:
+        return {"model": self.model.state_dict(), "steps": self.steps}
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        self.model.load_state_dict(state["model"])  # type: ignore[arg-type]
+        self.steps = int(state["steps"])  # type: ignore[arg-type]
+
+
+def sigmoid_rampup(epoch: float, length: int) -> float:
+    """exp(-5 (1 - t)^2) ramp from 0 to 1 over ``length`` epochs (Laine & Aila)."""
+    if length <= 0:
+        return 1.0
+    t = min(max(epoch / length, 0.0), 1.0)
+    return float(torch.exp(torch.tensor(-5.0 * (1.0 - t) ** 2)))
+
+
+def teacher_consistency(student_logits: torch.Tensor, teacher: nn.Module, x: object
+                        ) -> torch.Tensor:
+    """MSE between the student's and the teacher's probabilities; gradient to the student only.
+
+    The published code computes a softmax over a single logit, which is identically 1, so
+    its consistency loss is always zero; this one compares sigmoid probabilities.
+    """
+    teacher.eval()
+    with torch.no_grad():
+        target = torch.sigmoid(teacher(x))
+    return ((torch.sigmoid(student_logits) - target) ** 2).mean()

@@ -1,0 +1,55 @@
+"""Shared fixtures: small synthetic PU problems and the location of ../shared/data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def shared_path(*parts: str) -> Path:
+    """A path under ../shared/data; the calling test is skipped when it is absent."""
+    path = SHARED_DATA.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"{path} not available")
+    return path
+
+
+def blobs(n: int, seed: int, dim: int = 2, shift: float = 1.6) -> tuple[torch.Tensor, np.ndarray]:
+    """Two Gaussian classes in ``dim`` dimensions; positives are shifted by ``shift``."""
+    rng = np.random.default_rng(seed)
+    y = (rng.random(n) < 0.4).astype(np.int64)
+    x = rng.normal(size=(n, dim)).astype(np.float32)
+    x[:, 0] += shift * (2 * y - 1)
+    return torch.from_numpy(x), y
+
+
+@pytest.fixture
+def tiny_pu():
+    """A 2-D PU problem: 1,200 training, 400 test examples, 120 labelled positives."""
+    from adni_pu.data.pu import make_pu_data
+
+    x, y = blobs(1200, 0)
+    xt, yt = blobs(400, 1)
+    return make_pu_data(x, y, xt, yt, n_labelled=120, prior=0.4, val_fraction=0.2, seed=0,
+                        name="blobs")
+
+
+def tiny_config(**overrides):
+    """A fast TrainConfig for the 2-D problem (small MLP, CPU, no progress bars)."""
+    from adni_pu import config as cfgmod
+    from adni_pu.pu.config import TrainConfig
+
+    base = {"model": "mlp6", "model_args": {"in_features": 2, "hidden": 16, "depth": 2},
+            "epochs": 4, "batch_size": 128, "lr": 1e-2, "weight_decay": 0.0,
+            "progress": False, "device": "cpu"}
+    base.update(overrides)
+    return cfgmod.from_dict(TrainConfig, base)
+
+
+# Tests run beside other work on small machines: one thread avoids oversubscription.
+torch.set_num_threads(1)

@@ -1,0 +1,111 @@
+"""Self-calibration (meta step): hypergradient vs finite differences, weights, no BN leak."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from adni_pu.pu import calibration, losses
+
+
+def tiny_setup(seed=0, bn=False):
+    torch.manual_seed(seed)
+    layers = [nn.Linear(3, 4)]
+    if bn:
+        layers.append(nn.BatchNorm1d(4))
+    layers += [nn.Tanh(), nn.Linear(4, 1)]
+    net = nn.Sequential(*layers)
+
+    class Wrap(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = net
+
+        def forward(self, x):
+            return self.net(x).squeeze(-1)
+
+    model = Wrap().double()
+    x = torch.randn(6, 3, dtype=torch.float64)
+    x_val = torch.randn(8, 3, dtype=torch.float64)
+    s_val = torch.tensor([1, 1, 1, 0, 0, 0, 0, 0])
+
+    def objective(params):
+        logits = calibration.functional_forward(model, params, x_val)
+        return losses.pu_risk(logits[s_val == 1], logits, 0.4).unbiased
+
+    return model, x, objective
+
+
+def per_example_terms(model, x, params=None):
+    logits = model(x) if params is None else calibration.functional_forward(model, params, x)
+    return losses.entropy(logits), losses.sigmoid_loss(logits, -1.0)
+
+
+def test_hypergradient_matches_finite_difference():
+    model, x, objective = tiny_setup()
+    delta = 0.5
+    h, l_neg = per_example_terms(model, x)
+    u = calibration.hypergradient(model, h, l_neg, objective, delta)
+    names, params = calibration.virtual_parameters(model)
+    n = x.shape[0]
+    eps = 1e-6
+    for kind in (0, 1):
+        for i in range(n):
+            values = []
+            for sign in (1.0, -1.0):
+                w = torch.zeros(2, n, dtype=torch.float64)
+                w[kind, i] = sign * eps
+                hh, ll = per_example_terms(model, x)
+                loss = (w[0] * hh + w[1] * ll).sum() / n
+                grads = torch.autograd.grad(loss, params)
+                moved = {nm: p - delta * g for nm, p, g in zip(names, params, grads)}
+                values.append(objective(moved).item())
+            fd = -(values[0] - values[1]) / (2 * eps)
+            assert u[kind, i].item() == pytest.approx(fd, rel=1e-4, abs=1e-9)
+
+
+def test_sign_flip_negates_entropy_hypergradient():
+    model, x, objective = tiny_setup()
+    h, l_neg = per_example_terms(model, x)
+    u = calibration.hypergradient(model, h, l_neg, objective, 0.5)
+    h, l_neg = per_example_terms(model, x)
+    flipped = calibration.hypergradient(model, h, l_neg, objective, 0.5, sign_flip=True)
+    torch.testing.assert_close(flipped[0], -u[0])
+    torch.testing.assert_close(flipped[1], u[1])
+
+
+def test_weights_non_negative_normalised_and_capped():
+    raw = torch.tensor([[0.5, -1.0, 0.2, 0.0, 3.0, 1.0, 0.7, 0.4],
+                        [0.5, 2.0, -0.1, 0.0, 1.0, 0.0, 0.0, 0.1]])
+    w = calibration.normalise_weights(raw, batch_size=16, cap=1 / 16)
+    assert (w.ce >= 0).all() and (w.pu >= 0).all()
+    torch.testing.assert_close(w.ce + w.pu, torch.ones(8))
+    assert w.ce.sum().item() <= 1.0 + 1e-6  # cap: 16 * 1/16
+    assert w.ce[1] == 0 and w.pu[1] == 1  # only the nnPU term helps
+    assert w.ce[3] == 0 and w.pu[3] == 1  # nothing helps: plain nnPU
+    assert w.capped > 0
+    # without a binding cap the normalisation is per example
+    loose = calibration.normalise_weights(raw, batch_size=16, cap=1.0)
+    assert loose.ce[0].item() == pytest.approx(0.5)
+    assert loose.ce[4].item() == pytest.approx(0.75)
+
+
+def test_virtual_step_leaves_batchnorm_statistics_alone():
+    model, x, objective = tiny_setup(bn=True)
+    model.train()
+    logits = model(x)  # the real forward updates the running statistics once
+    bn = model.net[1]
+    before_mean = bn.running_mean.clone()
+    before_var = bn.running_var.clone()
+    before_count = bn.num_batches_tracked.clone()
+    w = calibration.calibration_weights(
+        model, losses.entropy(logits), losses.sigmoid_loss(logits, -1.0), objective,
+        step_size=0.1, batch_size=6, cap=1 / 16)
+    torch.testing.assert_close(bn.running_mean, before_mean)
+    torch.testing.assert_close(bn.running_var, before_var)
+    assert bn.num_batches_tracked == before_count
+    assert (w.ce >= 0).all()
+    # the real step can still back-propagate through the same forward
+    logits.sum().backward()
+    assert model.net[0].weight.grad is not None

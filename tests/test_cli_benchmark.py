@@ -1,0 +1,70 @@
+"""The command line: fast help, the benchmark verb end to end, clear errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import shared_path
+from typer.testing import CliRunner
+
+from adni_pu.cli.app import app
+
+runner = CliRunner()
+
+
+def test_help_imports_no_heavy_library():
+    code = ("import sys, adni_pu.cli.app; "
+            "print(sorted(m for m in ('torch', 'monai', 'SimpleITK', 'ants', 'nibabel') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_presets_lists_ablation_rows():
+    result = runner.invoke(app, ["presets"])
+    assert result.exit_code == 0
+    for name in ("nnpu", "sp-fixed", "sps-reweight", "selfpu", "published-code"):
+        assert name in result.stdout
+
+
+def test_missing_data_is_a_clear_error(tmp_path):
+    result = runner.invoke(app, ["benchmark", "mnist", "--data-dir", str(tmp_path / "nope"),
+                                 "--out", str(tmp_path / "out"), "--epochs", "1"])
+    assert result.exit_code == 2
+    assert "nope: MNIST folder not found" in result.output
+
+
+def test_bad_method_is_refused(tmp_path):
+    result = runner.invoke(app, ["benchmark", "mnist", "--method", "svm",
+                                 "--out", str(tmp_path)])
+    assert result.exit_code != 0
+    assert "expected naive, upu, nnpu or selfpu" in result.output
+
+
+@pytest.mark.integration
+def test_mnist_nnpu_three_epochs_writes_results_json(tmp_path):
+    data = shared_path("mnist")
+    out = tmp_path / "x"
+    result = runner.invoke(app, [
+        "benchmark", "mnist", "--method", "nnpu", "--seeds", "1", "--epochs", "3",
+        "--data-dir", str(data), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "results.json").read_text())
+    for key in ("benchmark", "command", "date", "machine", "data", "settings", "results"):
+        assert key in summary
+    row = summary["results"]["nnpu"]
+    assert row["test_accuracy"]["n"] == 1
+    assert 80.0 < row["test_accuracy"]["mean"] <= 100.0
+    assert row["test_accuracy_test_selected"]["mean"] >= row["test_accuracy"]["mean"] - 1e-9
+    assert summary["settings"]["epochs"] == 3
+    assert (out / "seed0" / "metrics.csv").is_file()
+    # a finished seed is not trained again
+    again = runner.invoke(app, [
+        "benchmark", "mnist", "--method", "nnpu", "--seeds", "1", "--epochs", "3",
+        "--data-dir", str(data), "--out", str(out)])
+    assert again.exit_code == 0
+    assert "already done" in again.output

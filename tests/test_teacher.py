@@ -1,0 +1,79 @@
+"""Mean teachers: EMA arithmetic, uniform averaging, BN buffers, a real consistency gradient."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from adni_pu.pu.teacher import MeanTeacher, sigmoid_rampup, teacher_consistency
+
+
+def small():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(2, 3), nn.BatchNorm1d(3), nn.Linear(3, 1))
+
+
+def test_ema_update_follows_formula():
+    student = small()
+    teacher = MeanTeacher(student, "ema", decay=0.9)
+    teacher.update(student)  # first step: rate min(0, 0.9) = 0 -> copy
+    teacher.update(student)  # second: rate min(0.5, 0.9)
+    before = teacher.model[0].weight.clone()
+    with torch.no_grad():
+        student[0].weight.add_(1.0)
+    for _ in range(5):
+        teacher.update(student)
+    # rates: min(1 - 1/(t+1), 0.9) for t = 2..6 -> 0.667, 0.75, 0.8, 0.833, 0.857
+    keep = 1.0
+    for t in range(2, 7):
+        keep *= min(1 - 1 / (t + 1), 0.9)
+    expected = before * keep + (before + 1.0) * (1 - keep)
+    torch.testing.assert_close(teacher.model[0].weight, expected)
+
+
+def test_uniform_average_is_mean_of_snapshots():
+    student = small()
+    teacher = MeanTeacher(student, "uniform")
+    snapshots = []
+    for k in range(4):
+        with torch.no_grad():
+            student[0].bias.fill_(float(k))
+        snapshots.append(student[0].bias.clone())
+        teacher.update(student)
+    torch.testing.assert_close(teacher.model[0].bias, torch.stack(snapshots).mean(0))
+
+
+def test_batchnorm_buffers_are_averaged():
+    student = small()
+    teacher = MeanTeacher(student, "ema", decay=0.5)
+    teacher.update(student)
+    with torch.no_grad():
+        student[1].running_mean.fill_(2.0)
+    teacher.update(student)  # rate min(0.5, 0.5)
+    torch.testing.assert_close(teacher.model[1].running_mean, torch.full((3,), 1.0))
+    assert not any(p.requires_grad for p in teacher.model.parameters())
+
+
+def test_teacher_consistency_gives_the_student_a_gradient():
+    student = small()
+    teacher = MeanTeacher(student, "ema")
+    with torch.no_grad():
+        teacher.model[2].bias.add_(2.0)  # teacher disagrees
+    x = torch.randn(8, 2)
+    student.train()
+    loss = teacher_consistency(student(x).squeeze(-1), teacher.model, x)
+    loss.backward()
+    assert loss.item() > 0
+    assert student[2].weight.grad.abs().sum() > 0
+    assert all(p.grad is None for p in teacher.model.parameters())
+    # the published code's softmax over one logit is identically 1: no signal at all
+    one_logit = student(x)
+    published = (torch.softmax(one_logit, 1) - torch.softmax(teacher.model(x), 1)).pow(2).mean()
+    assert published.item() == 0.0
+
+
+def test_rampup():
+    assert sigmoid_rampup(0, 10) == pytest.approx(torch.exp(torch.tensor(-5.0)).item())
+    assert sigmoid_rampup(10, 10) == 1.0
+    assert sigmoid_rampup(3, 0) == 1.0

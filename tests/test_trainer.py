@@ -1,0 +1,122 @@
+"""The one trainer: baselines learn, Self-PU runs its three phases, resume is exact,
+model selection never reads the test split."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+from conftest import tiny_config
+
+from adni_pu.pu.trainer import ResumeError, Trainer
+
+
+@pytest.mark.parametrize("method", ["naive", "upu", "nnpu"])
+def test_baselines_learn_the_blobs(tiny_pu, method):
+    trainer = Trainer(tiny_config(method=method, epochs=6), tiny_pu)
+    trainer.fit()
+    metrics, logits = trainer.evaluate_split(tiny_pu.test)
+    assert logits.shape == (len(tiny_pu.test),)
+    # PU methods recover the classes; naive PN is biased towards negative but still ranks
+    assert metrics["auc"] > 0.9
+    if method != "naive":
+        assert metrics["accuracy"] > 0.8
+
+
+def test_run_folder_contents(tiny_pu, tmp_path):
+    run = tmp_path / "run"
+    Trainer(tiny_config(method="nnpu", epochs=2), tiny_pu, run).fit()
+    for name in ("config.toml", "provenance.json", "data.json", "metrics.csv", "best_model.pt",
+                 "selection.json", "curves.png", "checkpoints/last.pt"):
+        assert (run / name).is_file(), name
+    assert any((run / "tensorboard").iterdir())
+    assert len((run / "metrics.csv").read_text().strip().splitlines()) == 3
+    assert 'method = "nnpu"' in (run / "config.toml").read_text()
+
+
+def test_selection_never_reads_test_split(tiny_pu):
+    a = Trainer(tiny_config(method="nnpu", epochs=3), tiny_pu)
+    fit_a = a.fit()
+    scrambled = copy.copy(tiny_pu)
+    test = copy.copy(tiny_pu.test)
+    test.x = torch.randn_like(test.x) * 100
+    test.truth = 1 - test.truth
+    scrambled.test = test
+    b = Trainer(tiny_config(method="nnpu", epochs=3), scrambled)
+    fit_b = b.fit()
+    assert fit_a.best_epoch == fit_b.best_epoch
+    assert fit_a.best_score == fit_b.best_score
+    assert not any(k.startswith("test") for k in fit_a.history[0])
+
+
+def _interrupt_after(trainer: Trainer, epochs_done: int) -> None:
+    original = trainer.train_epoch
+
+    def train_epoch(epoch: int):
+        if epoch == epochs_done:
+            raise KeyboardInterrupt
+        return original(epoch)
+
+    trainer.train_epoch = train_epoch  # type: ignore[method-assign]
+
+
+@pytest.mark.parametrize("method", ["nnpu", "selfpu"])
+def test_resume_after_interrupt_equals_uninterrupted(tiny_pu, tmp_path, method):
+    sp = {"warmup_epochs": 1, "self_paced_end": 3, "select_every": 1,
+          "teacher_rampup_epochs": 1}
+    cfg = tiny_config(method=method, epochs=5, selfpu=sp)
+    straight = Trainer(cfg, tiny_pu, tmp_path / "straight")
+    straight.fit()
+    interrupted = Trainer(cfg, tiny_pu, tmp_path / "resumed")
+    _interrupt_after(interrupted, 3 if method == "selfpu" else 2)
+    with pytest.raises(KeyboardInterrupt):
+        interrupted.fit()
+    resumed = Trainer(cfg, tiny_pu, tmp_path / "resumed")
+    resumed.fit()
+    assert resumed.start_epoch == (3 if method == "selfpu" else 2)
+    for s1, s2 in zip(straight.students, resumed.students):
+        for (k, v1), v2 in zip(s1.model.state_dict().items(), s2.model.state_dict().values()):
+            torch.testing.assert_close(v1, v2, msg=k)
+    assert straight.best["epoch"] == resumed.best["epoch"]
+    assert straight.best["score"] == pytest.approx(resumed.best["score"])
+
+
+def test_resume_refuses_other_settings(tiny_pu, tmp_path):
+    Trainer(tiny_config(method="nnpu", epochs=2), tiny_pu, tmp_path).fit()
+    with pytest.raises(ResumeError, match="checkpoint made with other settings"):
+        Trainer(tiny_config(method="upu", epochs=2), tiny_pu, tmp_path).fit()
+
+
+def test_selfpu_goes_through_three_phases(tiny_pu, tmp_path):
+    sp = {"warmup_epochs": 2, "self_paced_end": 5, "select_every": 1,
+          "teacher_rampup_epochs": 1}
+    trainer = Trainer(tiny_config(method="selfpu", epochs=8, selfpu=sp), tiny_pu,
+                      tmp_path / "run")
+    fit = trainer.fit()
+    phases = [row["phase"] for row in fit.history]
+    assert phases == [1, 1, 2, 2, 2, 3, 3, 3]
+    sizes = [row["trusted/student1/size"] for row in fit.history]
+    assert sizes[:2] == [0, 0] and sizes[2] < sizes[3] < sizes[4] == sizes[7]
+    acc = [row["trusted/student2/label_accuracy"] for row in fit.history[2:]]
+    assert min(acc) > 0.75  # well above chance (0.5 on a balanced set)
+    row2 = fit.history[3]
+    assert 0 <= row2["train/student1/ce_weight_mean"] <= 1
+    row3 = fit.history[-1]
+    assert row3["train/student1/teacher_consistency"] > 0
+    assert "train/student1/hard_fraction" in row3
+    assert fit.best_candidate.startswith("teacher") or fit.best_epoch < 5
+    assert (tmp_path / "run" / "trusted_set.png").is_file()
+    metrics, _ = trainer.evaluate_split(tiny_pu.test)
+    assert metrics["accuracy"] > 0.8
+
+
+def test_teacher_average_final_model(tiny_pu):
+    sp = {"warmup_epochs": 1, "self_paced_end": 2, "select_every": 1, "final_model": "average",
+          "reweight": False}
+    trainer = Trainer(tiny_config(method="selfpu", epochs=4, selfpu=sp), tiny_pu)
+    fit = trainer.fit()
+    assert fit.history[-1]["selected/candidate"] == "average"
+    metrics, _ = trainer.evaluate_split(tiny_pu.test)
+    assert np.isfinite(metrics["accuracy"])
