@@ -18,7 +18,8 @@ Preset = Annotated[Optional[str], typer.Option(  # noqa: UP045 - typer needs Opt
 def _run(dataset: str, method: str, preset: str | None, seeds: int, seed_offset: int,
          epochs: int | None, data_dir: Path, out: Path, config: Path | None, sets: list[str],
          n_labelled: int, prior: float | None, scheme: str, val_fraction: float,
-         results_json: Path | None, threads: int, device: str) -> None:
+         results_json: Path | None, threads: int, device: str,
+         train_limit: int | None = None, test_limit: int | None = None) -> None:
     from adni_pu.benchmark import BenchmarkSpec, markdown_table, run_benchmark
     from adni_pu.config import ConfigError
     from adni_pu.data.pu import PUConstructionError
@@ -37,6 +38,7 @@ def _run(dataset: str, method: str, preset: str | None, seeds: int, seed_offset:
         seeds=list(range(seed_offset, seed_offset + seeds)), data_dir=data_dir, out=out,
         n_labelled=n_labelled, prior=prior, scheme=scheme, val_fraction=val_fraction,
         config_file=config, overrides=[*overrides, *sets],
+        train_limit=train_limit, test_limit=test_limit,
     )
     try:
         summary = run_benchmark(spec, results_json)
@@ -70,9 +72,14 @@ def _command(dataset: str):  # noqa: ANN202 - typer reads the signature
             help="also write the results JSON here")] = None,
         threads: Annotated[int, typer.Option(help="torch CPU threads (0: default)")] = 0,
         device: Annotated[str, typer.Option(help="auto, cpu or cuda")] = "auto",
+        train_limit: Annotated[Optional[int], typer.Option(  # noqa: UP045
+            help="keep a seeded subset of the training split (smoke runs)")] = None,
+        test_limit: Annotated[Optional[int], typer.Option(  # noqa: UP045
+            help="keep a seeded subset of the test split (smoke runs)")] = None,
     ) -> None:
         _run(dataset, method, preset, seeds, seed_offset, epochs, data_dir, out, config,
-             set_ or [], n_labelled, prior, scheme, val_fraction, results_json, threads, device)
+             set_ or [], n_labelled, prior, scheme, val_fraction, results_json, threads, device,
+             train_limit, test_limit)
 
     command.__doc__ = f"Train on {dataset} PU splits over several seeds; write results JSON."
     return command

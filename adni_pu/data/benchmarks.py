@@ -42,11 +42,15 @@ def load_benchmark(
     val_fraction: float = 0.1,
     seed: int = 0,
     cache_dir: str | Path | None = None,
+    train_limit: int | None = None,
+    test_limit: int | None = None,
 ) -> PUData:
     """Read a benchmark and build its PU splits (positives: even digits / vehicles).
 
     Pixels are scaled to [0, 1] and standardised per channel with the training split's
     statistics. ``prior=None`` uses the paper's value (0.49 MNIST, 0.40 CIFAR-10).
+    ``train_limit`` / ``test_limit`` keep a seeded random subset of each split (for short
+    smoke runs on a CPU; results made so must say it).
     """
     if name == "mnist":
         data = readers.load_mnist(data_dir)
@@ -56,6 +60,8 @@ def load_benchmark(
         positive = CIFAR10_POSITIVE_CLASSES
     else:
         raise ValueError(f"benchmark {name!r}: expected 'mnist' or 'cifar10'")
+    data = readers.TrainTest(_subset(data.train, train_limit, seed),
+                             _subset(data.test, test_limit, seed + 1), data.name, data.source)
     train_images = data.train.images.astype(np.float32) / 255.0
     axes = (0, 1, 2)
     mean = np.atleast_1d(train_images.mean(axis=axes)).astype(np.float32)
@@ -71,5 +77,16 @@ def load_benchmark(
         scheme=scheme, val_fraction=val_fraction, seed=seed, name=name,
     )
     pu.info["source"] = data.source
+    pu.info["train_limit"] = train_limit
+    pu.info["test_limit"] = test_limit
     pu.info["positive_classes"] = list(positive)
     return pu
+
+
+def _subset(part: readers.LabelledArrays, limit: int | None, seed: int) -> readers.LabelledArrays:
+    if limit is None or limit >= len(part.labels):
+        return part
+    if limit < 1:
+        raise ValueError(f"subset limit {limit}: expected a positive number of examples")
+    idx = np.sort(np.random.default_rng(seed).choice(len(part.labels), limit, replace=False))
+    return readers.LabelledArrays(part.images[idx], part.labels[idx])

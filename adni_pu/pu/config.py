@@ -91,7 +91,7 @@ class TrainConfig:
     epochs: int = 200
     batch_size: int = 256
     lr: float = 1e-3
-    weight_decay: float = 5e-3
+    weight_decay: float = 0.0
     # Class prior used by the risks; None: the data's (PUData.prior).
     prior: float | None = None
     # nnPU step rule.
