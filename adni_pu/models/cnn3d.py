@@ -1,0 +1,131 @@
+"""The Self-PU paper's 3-branch 3D CNN for ADNI: whole brain plus both hippocampi.
+
+Each branch is ``depth`` blocks of Conv3d(k) - BN - ReLU - MaxPool(3, stride 2) (the paper:
+two blocks, 16 and 32 channels, no padding), with its own weights. The branch inputs are
+the whole brain resized to 50^3 and the left and right hippocampus boxes of 30^3 voxels;
+their flattened features are concatenated and go through FC 256 - BN - ReLU - FC 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+BRANCHES: tuple[str, str, str] = ("brain", "hipp_l", "hipp_r")
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # The paper: two conv blocks of 16 and 32 channels, FC 256.
+    "paper": {"channels": (16, 32), "hidden": 256},
+    # Twice the channels: more capacity at the same depth.
+    "wide": {"channels": (32, 64), "hidden": 512},
+    # A third block (64 channels): a larger receptive field, fewer features to the FC layer.
+    "deep": {"channels": (16, 32, 64), "hidden": 256},
+}
+
+
+def _side_after(size: int, depth: int, kernel: int, padding: int, pool: int,
+                stride: int) -> int:
+    for _ in range(depth):
+        size = size + 2 * padding - kernel + 1
+        size = (size - pool) // stride + 1
+    return size
+
+
+class Branch3D(nn.Module):
+    """Conv3d - BN - ReLU - MaxPool blocks, flattened at the end."""
+
+    def __init__(self, in_channels: int, channels: Sequence[int], kernel_size: int = 3,
+                 padding: int = 0, pool_size: int = 3, pool_stride: int = 2) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        cin = in_channels
+        for cout in channels:
+            layers += [
+                nn.Conv3d(cin, cout, kernel_size, padding=padding, bias=False),
+                nn.BatchNorm3d(cout), nn.ReLU(inplace=True),
+                nn.MaxPool3d(pool_size, stride=pool_stride),
+            ]
+            cin = cout
+        self.blocks = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Features of ``x`` (B x C x D x H x W), flattened to B x F."""
+        return self.blocks(x).flatten(1)
+
+
+class ThreeBranchCNN3D(nn.Module):
+    """Brain, left and right hippocampus branches with separate weights; one logit out.
+
+    ``forward(x)`` takes a dict with keys ``brain`` (B x 1 x 50^3 by default), ``hipp_l``
+    and ``hipp_r`` (B x 1 x 30^3), or a (brain, hipp_l, hipp_r) tuple, and returns the
+    logits (shape B).
+    """
+
+    def __init__(self, channels: Sequence[int] = (16, 32), hidden: int = 256,
+                 brain_size: int | Sequence[int] = 50, hipp_size: int | Sequence[int] = 30,
+                 in_channels: int = 1, kernel_size: int = 3, padding: int = 0,
+                 pool_size: int = 3, pool_stride: int = 2, dropout: float = 0.0) -> None:
+        super().__init__()
+        channels = tuple(int(c) for c in channels)
+        if not channels or any(c < 1 for c in channels):
+            raise ValueError(f"channels: expected positive channel counts, found {channels}")
+        if hidden < 1:
+            raise ValueError(f"hidden: expected a positive width, found {hidden}")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout: expected a value in [0, 1), found {dropout}")
+        self.channels = channels
+        self.brain_size = _triple(brain_size, "brain_size")
+        self.hipp_size = _triple(hipp_size, "hipp_size")
+        geometry = dict(kernel_size=kernel_size, padding=padding, pool_size=pool_size,
+                        pool_stride=pool_stride)
+        n_features = 0
+        for name, size in (("brain", self.brain_size), ("hipp_l", self.hipp_size),
+                           ("hipp_r", self.hipp_size)):
+            sides = [_side_after(s, len(channels), kernel_size, padding, pool_size,
+                                 pool_stride) for s in size]
+            if min(sides) < 1:
+                raise ValueError(
+                    f"{name} input of {size} voxels is too small for {len(channels)} "
+                    f"conv/pool blocks (kernel {kernel_size}, pool {pool_size}/{pool_stride})")
+            n_features += channels[-1] * sides[0] * sides[1] * sides[2]
+        self.branches = nn.ModuleDict(
+            {name: Branch3D(in_channels, channels, **geometry) for name in BRANCHES})
+        self.n_features = n_features
+        head: list[nn.Module] = [nn.Linear(n_features, hidden), nn.BatchNorm1d(hidden),
+                                 nn.ReLU(inplace=True)]
+        if dropout > 0:
+            head.append(nn.Dropout(dropout))
+        head.append(nn.Linear(hidden, 1))
+        self.classifier = nn.Sequential(*head)
+
+    def forward(self, x: Mapping[str, torch.Tensor] | Sequence[torch.Tensor]) -> torch.Tensor:
+        """One logit per example (shape B)."""
+        if isinstance(x, Mapping):
+            missing = [k for k in BRANCHES if k not in x]
+            if missing:
+                raise KeyError(f"input dict lacks {missing}; expected keys {list(BRANCHES)}")
+            inputs = [x[k] for k in BRANCHES]
+        else:
+            if len(x) != 3:
+                raise ValueError(f"expected 3 inputs (brain, hipp_l, hipp_r), found {len(x)}")
+            inputs = list(x)
+        feats = [self.branches[k](t) for k, t in zip(BRANCHES, inputs)]
+        return self.classifier(torch.cat(feats, dim=1)).squeeze(-1)
+
+
+def _triple(value: int | Sequence[int], name: str) -> tuple[int, int, int]:
+    out = (int(value),) * 3 if isinstance(value, int) else tuple(int(v) for v in value)
+    if len(out) != 3 or min(out) < 1:
+        raise ValueError(f"{name}: expected one size or three positive sizes, found {value}")
+    return out  # type: ignore[return-value]
+
+
+def build_cnn3d(preset: str = "paper", **overrides: Any) -> nn.Module:
+    """The 3-branch 3D CNN from a preset (``paper``, ``wide``, ``deep``) plus overrides."""
+    if preset not in PRESETS:
+        raise ValueError(f"preset {preset!r}: expected one of {sorted(PRESETS)}")
+    kwargs = {**PRESETS[preset], **overrides}
+    return ThreeBranchCNN3D(**kwargs)

@@ -1,0 +1,178 @@
+"""MONAI volume pipeline: shapes, hippocampus boxes from the atlas, flip swap, caching."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import nibabel as nib
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from adni_pu import atlas
+from adni_pu.data.volumes import (
+    VolumeDataConfig,
+    build_volume_dataset,
+    collate_volumes,
+    hippocampus_box_record,
+    hippocampus_boxes,
+    save_hippocampus_boxes,
+)
+
+NO_AUG = dict(flip_prob=0.0, affine_prob=0.0, intensity_prob=0.0, translate=False)
+
+
+@pytest.fixture(scope="module")
+def manifest(tmp_path_factory):
+    """Four model-grid volumes (the MNI template, varied), one stored LAS; a manifest CSV."""
+    root = tmp_path_factory.mktemp("volumes")
+    affine = atlas.model_grid_affine()
+    t1 = atlas.resample_to(atlas.load_template("t1"), affine, atlas.MODEL_GRID_SHAPE)
+    rng = np.random.default_rng(0)
+    rows = []
+    for i in range(4):
+        data = (t1 * (1.0 + 0.1 * i) + rng.normal(0, 2, t1.shape) * (t1 > 0)).astype(np.int16)
+        name = f"sub{i}.nii"
+        if i == 3:  # same grid stored left-to-right flipped (LAS), as SPM writes it
+            las = affine.copy()
+            las[0, 0] = -affine[0, 0]
+            las[0, 3] = affine[0, 3] + affine[0, 0] * (t1.shape[0] - 1)
+            nib.save(nib.Nifti1Image(data[::-1].copy(), las), root / name)
+        else:
+            nib.save(nib.Nifti1Image(data, affine), root / name)
+        rows.append({"subject_id": f"S{i}", "session_id": "bl", "scan_path": name,
+                     "pu_label": int(i == 1), "truth": "" if i == 0 else i % 2,
+                     "split": "train" if i < 3 else "test"})
+    path = root / "manifest.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return path
+
+
+def test_boxes_contain_the_hippocampus_and_sit_on_their_side():
+    cfg = VolumeDataConfig()
+    rec = hippocampus_box_record(cfg)
+    assert rec["hipp_l"]["label_fraction_inside"] > 0.9
+    assert rec["hipp_r"]["label_fraction_inside"] > 0.9
+    assert rec["hipp_l"]["centre_mm"][0] < -10 and rec["hipp_r"]["centre_mm"][0] > 10
+    boxes = hippocampus_boxes(cfg)
+    for box in boxes.values():
+        assert [s.stop - s.start for s in box] == [30, 30, 30]
+        assert all(s.start >= 0 and s.stop <= n for s, n in zip(box, cfg.crop_shape))
+    # Close to the published boxes (given in LAS order on the same crop): x mirrored.
+    published_left_x = (54, 84)
+    ours = boxes["hipp_l"][0]
+    assert abs((104 - ours.stop) - published_left_x[0]) <= 3
+
+
+def test_boxes_follow_a_different_grid(tmp_path):
+    cfg = VolumeDataConfig(grid_spacing=2.0, grid_shape=(91, 109, 91),
+                           crop_shape=(78, 96, 84), hipp_size=(24, 24, 24))
+    rec = hippocampus_box_record(cfg)
+    for key, sign in (("hipp_l", -1), ("hipp_r", 1)):
+        assert rec[key]["label_fraction_inside"] > 0.9
+        assert sign * rec[key]["centre_mm"][0] > 10
+    # The boxes sit at the same place in the brain (mm) as on the default grid.
+    default = hippocampus_box_record(VolumeDataConfig())
+    assert np.allclose(rec["hipp_l"]["centre_mm"], default["hipp_l"]["centre_mm"], atol=4)
+    saved = json.loads(save_hippocampus_boxes(cfg, tmp_path / "boxes.json").read_text())
+    assert saved["hipp_r"]["crop_slices"] == rec["hipp_r"]["crop_slices"]
+
+
+def test_items_shapes_and_fields(manifest):
+    ds = build_volume_dataset(manifest, "train", VolumeDataConfig(), train=False)
+    assert len(ds) == 3
+    item = ds[0]
+    assert item["brain"].shape == (1, 50, 50, 50)
+    assert item["hipp_l"].shape == item["hipp_r"].shape == (1, 30, 30, 30)
+    for key in ("brain", "hipp_l", "hipp_r"):
+        assert type(item[key]) is torch.Tensor and item[key].dtype == torch.float32
+    assert math.isnan(item["truth"]) and item["index"] == 0 and item["subject_id"] == "S0"
+    assert ds[1]["pu_label"] == 1 and ds[1]["truth"] == 1.0 and ds[2]["index"] == 2
+    # z-scored over brain voxels
+    assert abs(float(item["brain"][item["brain"] != item["brain"].min()].mean())) < 1.0
+    batch = collate_volumes([ds[i] for i in range(3)])
+    assert batch["brain"].shape == (3, 1, 50, 50, 50)
+    assert batch["pu_label"].tolist() == [0, 1, 0]
+    assert batch["subject_id"] == ["S0", "S1", "S2"]
+    from adni_pu.models.cnn3d import build_cnn3d
+
+    with torch.no_grad():
+        assert build_cnn3d("paper").eval()(batch).shape == (3,)
+
+
+def test_las_storage_reads_like_ras_and_wrong_grid_is_refused(manifest, tmp_path):
+    ds = build_volume_dataset(manifest, "test", VolumeDataConfig(), train=False)
+    ras = build_volume_dataset(manifest, "train", VolumeDataConfig(), train=False)[0]
+    las = ds[0]
+    # subject 3 is subject 0 x 1.3 (+ noise), stored LAS: after z-scoring nearly equal
+    assert float((las["hipp_l"] - ras["hipp_l"]).abs().mean()) < 0.1
+    bad = tmp_path / "bad.nii"
+    nib.save(nib.Nifti1Image(np.ones((40, 40, 40), np.int16), np.eye(4)), bad)
+    frame = pd.DataFrame([{"subject_id": "X", "session_id": "bl", "scan_path": str(bad),
+                           "pu_label": 0, "truth": 0, "split": "train"}])
+    with pytest.raises(ValueError, match="model-grid"):
+        build_volume_dataset(frame, "train", VolumeDataConfig(cache="none"))[0]
+    with pytest.raises(ValueError, match="model-grid"):
+        build_volume_dataset(frame, "train", VolumeDataConfig(cache="memory"))
+    with pytest.raises(ValueError, match="no rows in split"):
+        build_volume_dataset(manifest, "val", VolumeDataConfig())
+
+
+def test_flip_swaps_the_hippocampus_inputs(manifest):
+    plain = build_volume_dataset(manifest, "train", VolumeDataConfig(**NO_AUG), train=True)
+    flip = build_volume_dataset(
+        manifest, "train", VolumeDataConfig(**{**NO_AUG, "flip_prob": 1.0}), train=True)
+    a, b = plain[1], flip[1]
+    assert torch.equal(b["brain"], a["brain"].flip(1))
+    assert torch.equal(b["hipp_l"], a["hipp_r"].flip(1))
+    assert torch.equal(b["hipp_r"], a["hipp_l"].flip(1))
+    # the mirrored right hippocampus looks like a left one: close to the unflipped left box
+    err = float((b["hipp_l"] - a["hipp_l"]).abs().mean())
+    other = float((a["hipp_r"] - a["hipp_l"]).abs().mean())
+    assert err < other
+
+
+def test_augmentation_is_random_but_reproducible_and_keeps_shapes(manifest):
+    cfg = VolumeDataConfig(flip_prob=0.5, affine_prob=1.0, intensity_prob=1.0, noise_std=0.01)
+    ds = build_volume_dataset(manifest, "train", cfg, train=True)
+    torch.manual_seed(1)
+    x1 = ds[0]
+    torch.manual_seed(1)
+    x2 = ds[0]
+    x3 = ds[0]
+    for key, shape in (("brain", (1, 50, 50, 50)), ("hipp_l", (1, 30, 30, 30))):
+        assert x1[key].shape == shape
+        assert torch.equal(x1[key], x2[key])
+        assert not torch.equal(x1[key], x3[key])
+    evaluation = build_volume_dataset(manifest, "train", cfg, train=False)
+    assert torch.equal(evaluation[0]["brain"], evaluation[0]["brain"])
+
+
+def test_disk_cache(manifest, tmp_path):
+    cfg = VolumeDataConfig(cache="disk", cache_dir=tmp_path / "cache")
+    ds = build_volume_dataset(manifest, "train", cfg, train=False)
+    first = ds[2]
+    assert any((tmp_path / "cache").iterdir())
+    again = build_volume_dataset(manifest, "train", dataclasses.replace(cfg), train=False)[2]
+    assert torch.equal(first["brain"], again["brain"])
+
+
+def test_synthetic_ideal_preprocessed_scans_feed_the_pipeline(tmp_path):
+    """The generator's model-grid stand-ins pass the grid check and give items."""
+    from adni_pu.synth import SynthConfig, generate_cohort
+
+    cfg = SynthConfig(voxel_size=3.0, ideal_preprocessed=True, write_brain_masks=False,
+                      visit_probabilities=(1.0, 0.0, 0.0))
+    cohort = generate_cohort(tmp_path / "synth", n_subjects=2, seed=0, config=cfg)
+    summary = pd.read_csv(cohort.root / "preprocessed_ideal" / "summary.csv")
+    assert list(summary["status"]) == ["done", "done"]
+    frame = pd.DataFrame({"subject_id": summary["subject_id"], "session_id": "bl",
+                          "scan_path": summary["preprocessed_path"], "pu_label": [1, 0],
+                          "truth": [1, 0], "split": "train"})
+    ds = build_volume_dataset(frame, "train", VolumeDataConfig(cache="none"), train=True)
+    item = ds[1]
+    assert item["hipp_l"].shape == (1, 30, 30, 30) and item["brain"].shape == (1, 50, 50, 50)
+    assert float(item["hipp_l"].std()) > 0.1  # the box holds brain, not background
