@@ -1,0 +1,79 @@
+"""``adni-pu cohort build|report``: clinical tables -> labelled, split manifest and report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+cohort_app = typer.Typer(help="Build the PU-labelled, subject-split cohort manifest.",
+                         no_args_is_help=True)
+
+
+@cohort_app.command("build")
+def build(
+    clinical: Annotated[Path, typer.Option(help="ADNIMERGE(_<date>).csv or a generic clinical "
+                                                "table (see clinical_columns)")],
+    scans: Annotated[Path, typer.Option(help="preprocessing summary.csv or a table "
+                                             "subject,session,path[,date]")],
+    out: Annotated[Path, typer.Option(help="output folder")],
+    config: Annotated[Optional[Path], typer.Option(help="TOML settings file")] = None,  # noqa: UP045
+    preset: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        help="paper (default), published-code or tracer-cutoffs")] = None,
+    amyloid: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        help="extra amyloid table subject,date,tracer,suvr (e.g. SUVRs from PET images)")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
+        "--set", help="override a setting, e.g. --set matching.amyloid_window_days=180")] = None,
+) -> None:
+    """Match scans to visits and amyloid measures, label subjects, split them, write files."""
+    from adni_pu.cohort import CohortInputError, build_cohort, load_cohort_config, write_cohort
+    from adni_pu.config import ConfigError
+
+    try:
+        cfg = load_cohort_config(config, set_ or [], preset)
+        cohort = build_cohort(clinical, scans, cfg, amyloid=amyloid)
+    except (ConfigError, CohortInputError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    paths = write_cohort(cohort, out)
+    from adni_pu.cohort import counts_table
+
+    table = counts_table(cohort.manifest)
+    typer.echo(table.to_string(index=False))
+    if len(cohort.quality):
+        typer.echo(f"{len(cohort.quality)} data-quality issue(s); see {paths['report']}")
+    typer.echo(f"manifest: {paths['manifest']}")
+    typer.echo(f"report: {paths['report']}")
+
+
+@cohort_app.command("report")
+def report(
+    manifest: Annotated[Path, typer.Argument(help="manifest.csv/.parquet or a cohort folder")],
+    out: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        help="folder for the report (default: beside the manifest)")] = None,
+) -> None:
+    """Re-render the cohort report (counts, class prior, SUVR histogram, data quality)."""
+    from adni_pu.cohort import CohortInputError, report_from_path
+    from adni_pu.config import ConfigError
+
+    try:
+        paths = report_from_path(manifest, out)
+    except (ConfigError, CohortInputError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    typer.echo(f"report: {paths['report']}")
+
+
+@cohort_app.command("presets")
+def presets() -> None:
+    """List the label presets."""
+    from adni_pu.cohort.config import PRESET_DESCRIPTIONS
+
+    for name, text in PRESET_DESCRIPTIONS.items():
+        typer.echo(f"{name:16s} {text}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``cohort`` sub-app to the main app."""
+    app.add_typer(cohort_app, name="cohort")

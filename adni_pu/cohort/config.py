@@ -1,0 +1,278 @@
+"""Settings of the cohort builder (one typed object) and its named label presets.
+
+A preset is only a set of defaults for :class:`LabelSettings`; every value it sets is a
+visible setting that a TOML file or ``--set labels.key=value`` can change. The resolved
+settings are written next to the manifest, so the same file rebuilds the same cohort.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import tomllib
+
+from adni_pu import config as _config
+
+#: Amyloid tracers known to the builder (ADNIMERGE column names).
+TRACERS: tuple[str, ...] = ("AV45", "FBB", "PIB")
+
+
+@dataclass
+class ClinicalColumns:
+    """Where each field lives in the clinical table; ``""`` means "find it by known names".
+
+    The defaults find ADNIMERGE's own names (RID, PTID, VISCODE, EXAMDATE, DX_bl, DX, AGE,
+    PTGENDER, AV45, FBB, PIB); a generic table sets the names it uses, e.g.
+    ``subject = "participant_id"``. ``"-"`` marks a field the table does not have.
+    """
+
+    subject: str = ""
+    rid: str = ""
+    visit: str = ""
+    date: str = ""
+    dx: str = ""
+    dx_bl: str = ""
+    age: str = ""
+    sex: str = ""
+    av45: str = ""
+    fbb: str = ""
+    pib: str = ""
+
+
+@dataclass
+class ScanColumns:
+    """Where each field lives in the scan table (preprocessing summary.csv or generic).
+
+    ``""`` means "find it by known names": summary.csv's subject_id, session_id,
+    preprocessed_path and status, or a generic table's subject, session, path, date.
+    ``"-"`` marks a field the table does not have.
+    """
+
+    subject: str = ""
+    session: str = ""
+    path: str = ""
+    date: str = ""
+    status: str = ""
+
+
+@dataclass
+class MatchingSettings:
+    """How a scan finds its clinical visit and its amyloid measure."""
+
+    # Amyloid measures farther than this from the scan date are not paired with it.
+    amyloid_window_days: int = 365
+    # A scan whose visit code has no clinical row is paired with the subject's nearest
+    # visit by date, if the scan has a date and the visit lies within this many days.
+    visit_window_days: int = 90
+    # Visit codes tried, in order, when a scan's own code has no clinical row
+    # (ADNI's screening visits sit a few weeks before baseline).
+    visit_aliases: dict[str, list[str]] = field(
+        default_factory=lambda: {"sc": ["bl"], "scmri": ["bl", "sc"], "bl": ["sc", "scmri"]}
+    )
+    # When two measures are equally near, the tracer listed first wins.
+    tracer_priority: list[str] = field(default_factory=lambda: list(TRACERS))
+    # summary.csv status values whose scans are usable; other rows are excluded (reported).
+    usable_statuses: list[str] = field(default_factory=lambda: ["done", "skipped"])
+
+    def __post_init__(self) -> None:
+        if self.amyloid_window_days < 0 or self.visit_window_days < 0:
+            raise ValueError(
+                f"matching windows must be >= 0 days, found amyloid_window_days="
+                f"{self.amyloid_window_days}, visit_window_days={self.visit_window_days}"
+            )
+        self.tracer_priority = [t.upper() for t in self.tracer_priority]
+        unknown = sorted(set(self.tracer_priority) - set(TRACERS))
+        if unknown:
+            raise ValueError(f"tracer_priority: unknown tracer(s) {unknown}; expected {TRACERS}")
+        aliases: dict[str, list[str]] = {}
+        for key, value in self.visit_aliases.items():
+            if isinstance(value, str):
+                value = [value]
+            if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+                raise ValueError(f"visit_aliases.{key}: expected a list of visit codes, found {value!r}")
+            aliases[str(key).lower()] = [v.lower() for v in value]
+        self.visit_aliases = aliases
+
+
+def _check_cutoffs(name: str, cutoffs: dict[str, Any]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for key, value in cutoffs.items():
+        tracer = str(key).upper()
+        if tracer not in TRACERS:
+            raise ValueError(f"{name}: unknown tracer {key!r}; expected some of {list(TRACERS)}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise ValueError(f"{name}.{key}: expected a positive SUVR, found {value!r}")
+        out[tracer] = float(value)
+    return out
+
+
+@dataclass
+class LabelSettings:
+    """The positive-unlabelled labelling rule and the evaluation truth (per subject).
+
+    A subject is a labelled positive (pu_label 1) if one of ``positive_diagnoses`` is on
+    file for it (within ``diagnosis_scope``) or one of its amyloid measures (within
+    ``amyloid_scope``) is at or above ``label_cutoffs[tracer]``; every other subject is
+    unlabelled (0). ``hidden_positive_cutoffs`` marks unlabelled subjects whose SUVR lies
+    in [hidden cut-off, label cut-off) as hidden positives. The truth is amyloid status:
+    1 if a measure is at or above ``truth_cutoffs[tracer]``, 0 if all are below, empty
+    without a measure.
+    """
+
+    positive_diagnoses: list[str] = field(default_factory=lambda: ["AD", "Dementia"])
+    # Keep only subjects whose baseline diagnosis (normalised CN/MCI/AD, or DX_bl's own
+    # CN/SMC/EMCI/LMCI/AD) is listed; empty keeps everyone.
+    include_diagnoses: list[str] = field(default_factory=list)
+    label_cutoffs: dict[str, float] = field(
+        default_factory=lambda: {"AV45": 1.08, "FBB": 1.08, "PIB": 1.08})
+    hidden_positive_cutoffs: dict[str, float] = field(default_factory=dict)
+    truth_cutoffs: dict[str, float] = field(
+        default_factory=lambda: {"AV45": 1.08, "FBB": 1.08, "PIB": 1.08})
+    # Which diagnoses count: every visit on file, only visits with a scan, or baseline only.
+    diagnosis_scope: Literal["any-visit", "scanned-visits", "baseline"] = "any-visit"
+    # Which amyloid measures count: those paired with one of the subject's scans, or all.
+    amyloid_scope: Literal["paired", "any"] = "paired"
+
+    def __post_init__(self) -> None:
+        self.label_cutoffs = _check_cutoffs("labels.label_cutoffs", self.label_cutoffs)
+        self.truth_cutoffs = _check_cutoffs("labels.truth_cutoffs", self.truth_cutoffs)
+        self.hidden_positive_cutoffs = _check_cutoffs(
+            "labels.hidden_positive_cutoffs", self.hidden_positive_cutoffs)
+        for tracer, low in self.hidden_positive_cutoffs.items():
+            high = self.label_cutoffs.get(tracer)
+            if high is None or low >= high:
+                raise ValueError(
+                    f"labels.hidden_positive_cutoffs.{tracer}={low}: expected below "
+                    f"labels.label_cutoffs.{tracer}={high}"
+                )
+
+
+@dataclass
+class SplitSettings:
+    """Subject-level train/validation/test split, optionally k folds over train+val."""
+
+    seed: int = 0
+    test_fraction: float = 0.15
+    val_fraction: float = 0.15
+    # k >= 2: the non-test subjects get folds 0..k-1; fold ``fold`` is the validation split.
+    k_folds: int = 0
+    fold: int = 0
+    # Strata: pu_label x truth (unknown truth is a stratum of its own).
+    stratify: bool = True
+    # Order subjects by sex and age inside each stratum before allocating, so each split
+    # gets a similar mix of both.
+    balance_covariates: list[str] = field(default_factory=lambda: ["sex", "age"])
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.test_fraction < 1.0:
+            raise ValueError(f"split.test_fraction={self.test_fraction}: expected in [0, 1)")
+        if self.k_folds == 1 or self.k_folds < 0:
+            raise ValueError(f"split.k_folds={self.k_folds}: expected 0 (no folds) or >= 2")
+        if self.k_folds >= 2:
+            if not 0 <= self.fold < self.k_folds:
+                raise ValueError(f"split.fold={self.fold}: expected 0..{self.k_folds - 1}")
+        elif not 0.0 <= self.val_fraction < 1.0 or self.val_fraction + self.test_fraction >= 1.0:
+            raise ValueError(
+                f"split.val_fraction={self.val_fraction}, test_fraction={self.test_fraction}: "
+                "expected each in [0, 1) and together below 1"
+            )
+        unknown = sorted(set(self.balance_covariates) - {"sex", "age"})
+        if unknown:
+            raise ValueError(f"split.balance_covariates: unknown {unknown}; expected sex, age")
+
+
+@dataclass
+class OutputSettings:
+    """What the manifest looks like on disk."""
+
+    format: Literal["csv", "parquet"] = "csv"
+    # Scan paths in the manifest: absolute (relative ones in the scan table are read from
+    # the scan table's folder), relative to the manifest's folder, or exactly as given.
+    scan_paths: Literal["absolute", "relative", "as-given"] = "absolute"
+
+
+@dataclass
+class CohortConfig:
+    """Everything the cohort builder needs besides the input tables."""
+
+    preset: str = "paper"
+    clinical_columns: ClinicalColumns = field(default_factory=ClinicalColumns)
+    scan_columns: ScanColumns = field(default_factory=ScanColumns)
+    matching: MatchingSettings = field(default_factory=MatchingSettings)
+    labels: LabelSettings = field(default_factory=LabelSettings)
+    split: SplitSettings = field(default_factory=SplitSettings)
+    output: OutputSettings = field(default_factory=OutputSettings)
+    # Report scan files that do not exist (they are kept: the manifest may be built on
+    # another machine than the one that trains).
+    check_scan_files: bool = True
+
+    def __post_init__(self) -> None:
+        if self.preset not in PRESETS:
+            raise ValueError(f"preset {self.preset!r}: expected one of {sorted(PRESETS)}")
+
+
+#: Label presets: the defaults each one gives to :class:`LabelSettings`.
+PRESETS: dict[str, dict[str, Any]] = {
+    "paper": {
+        "positive_diagnoses": ["AD", "Dementia"],
+        "include_diagnoses": [],
+        "label_cutoffs": {"AV45": 1.08, "FBB": 1.08, "PIB": 1.08},
+        "hidden_positive_cutoffs": {},
+        "truth_cutoffs": {"AV45": 1.08, "FBB": 1.08, "PIB": 1.08},
+    },
+    "published-code": {
+        "positive_diagnoses": ["AD", "Dementia"],
+        "include_diagnoses": ["CN", "AD"],
+        "label_cutoffs": {"AV45": 1.18, "FBB": 1.18, "PIB": 1.18},
+        "hidden_positive_cutoffs": {"AV45": 1.08, "FBB": 1.08, "PIB": 1.08},
+        "truth_cutoffs": {"AV45": 1.08, "FBB": 1.08, "PIB": 1.08},
+    },
+    "tracer-cutoffs": {
+        "positive_diagnoses": ["AD", "Dementia"],
+        "include_diagnoses": [],
+        "label_cutoffs": {"AV45": 1.11, "FBB": 1.08, "PIB": 1.5},
+        "hidden_positive_cutoffs": {},
+        "truth_cutoffs": {"AV45": 1.11, "FBB": 1.08, "PIB": 1.5},
+    },
+}
+
+PRESET_DESCRIPTIONS: dict[str, str] = {
+    "paper": "Self-PU paper: AD/Dementia on file or SUVR >= 1.08 labelled; rest unlabelled",
+    "published-code": "published code: CN and AD subjects only; SUVR >= 1.18 labelled, "
+                      "1.08-1.18 hidden positives",
+    "tracer-cutoffs": "per-tracer cut-offs: AV45 1.11, FBB 1.08, PIB 1.5",
+}
+
+
+def load_cohort_config(
+    path: str | Path | None = None,
+    overrides: list[str] | None = None,
+    preset: str | None = None,
+) -> CohortConfig:
+    """Resolve settings: preset defaults, then the TOML file, then ``key=value`` overrides.
+
+    The preset is, in order of precedence: ``preset``, a ``preset=`` override, the file's
+    ``preset`` key, ``"paper"``.
+    """
+    name = "paper"
+    if path is not None and Path(path).is_file():
+        # A broken file is reported properly by config.load below.
+        with contextlib.suppress(tomllib.TOMLDecodeError):
+            name = tomllib.loads(Path(path).read_text()).get("preset", name)
+    for text in overrides or []:
+        keys, value = _config.parse_override(text)
+        if keys == ["preset"]:
+            name = value
+    if preset is not None:
+        name = preset
+    if not isinstance(name, str) or name not in PRESETS:
+        raise _config.ConfigError(f"preset {name!r}: expected one of {sorted(PRESETS)}")
+    defaults = {"preset": name, "labels": copy.deepcopy(PRESETS[name])}
+    extra = list(overrides or [])
+    if preset is not None:
+        extra.append(f'preset="{preset}"')
+    return _config.load(CohortConfig, path, extra, defaults=defaults)

@@ -1,0 +1,384 @@
+"""Build a cohort (clinical tables + scan table -> labelled, split manifest) and write it.
+
+:func:`build_cohort` does all the work in memory and raises
+:class:`~adni_pu.cohort.quality.CohortInputError` when the input cannot be used;
+:func:`write_cohort` then writes every file atomically (temporary name, then rename), so
+a failed build leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from adni_pu import config as _config
+from adni_pu.cohort.config import CohortConfig
+from adni_pu.cohort.labels import label_subjects
+from adni_pu.cohort.matching import attach_visits, clinical_measures, match_amyloid, match_visits
+from adni_pu.cohort.quality import CohortInputError, QualityReport
+from adni_pu.cohort.splits import assign_splits, check_manifest_splits
+from adni_pu.cohort.tables import _missing, apply, is_rid, load_amyloid, load_clinical, load_scans
+
+#: Manifest columns, in order (docs/cohort.md describes each).
+MANIFEST_COLUMNS: tuple[str, ...] = (
+    "subject_id", "session_id", "scan_id", "scan_path", "pu_label", "truth", "split", "fold",
+    "hidden_positive", "dx", "dx_bl", "label_reason", "suvr", "tracer", "suvr_date",
+    "suvr_gap_days", "subject_suvr", "subject_tracer", "visit", "visit_match",
+    "visit_gap_days", "age", "sex", "examdate", "scan_date",
+)
+EXCLUDED_COLUMNS: tuple[str, ...] = ("line", "subject", "session", "scan_path", "reason")
+_DATE_COLUMNS = ("suvr_date", "examdate", "scan_date")
+
+
+@dataclass
+class Cohort:
+    """A built cohort: per-scan manifest, per-subject table, exclusions and quality issues."""
+
+    manifest: pd.DataFrame
+    subjects: pd.DataFrame
+    excluded: pd.DataFrame
+    quality: QualityReport
+    config: CohortConfig
+    summary: dict[str, Any] = field(default_factory=dict)
+    scan_base: Path | None = None
+
+    def __repr__(self) -> str:
+        return (f"Cohort({len(self.manifest)} scans, {self.manifest['subject_id'].nunique()} "
+                f"subjects, {len(self.excluded)} excluded scans, {len(self.quality)} issues)")
+
+
+def _examples(frame: pd.DataFrame, n: int = 5) -> list[str]:
+    return [f"line {r}: {s} {v}" for r, s, v in
+            zip(frame["_row"][:n], frame["subject_raw"][:n], frame["session_raw"][:n])]
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _describe_input(source: Any) -> dict[str, Any]:
+    if isinstance(source, (str, Path)):
+        path = Path(source)
+        return {"path": str(path.resolve()), "sha256": _sha256(path)}
+    return {"path": None, "note": "in-memory DataFrame"}
+
+
+def build_cohort(
+    clinical: str | Path | pd.DataFrame,
+    scans: str | Path | pd.DataFrame,
+    config: CohortConfig | None = None,
+    amyloid: str | Path | pd.DataFrame | None = None,
+) -> Cohort:
+    """Turn a clinical table and a scan table into a labelled, split cohort.
+
+    ``clinical``: ADNIMERGE(_<date>).csv or a generic table (see
+    ``config.clinical_columns``); ``scans``: the preprocessing ``summary.csv`` or a generic
+    ``subject, session, path[, date]`` table; ``amyloid``: optional extra amyloid measures
+    (``subject, date, tracer, suvr``). Raises ``CohortInputError`` when the input cannot be
+    used; everything else that is wrong is recorded in ``Cohort.quality``.
+    """
+    cfg = config or CohortConfig()
+    quality = QualityReport()
+    visits, used_clin, clin_name = load_clinical(clinical, cfg.clinical_columns, quality)
+    scan_table, used_scan, scan_name = load_scans(scans, cfg.scan_columns, quality)
+    scan_base = Path(scans).parent.resolve() if isinstance(scans, (str, Path)) else Path.cwd()
+    stable = f"scans ({scan_name})"
+    if visits.empty:
+        raise CohortInputError(f"clinical table {clin_name}: no usable rows "
+                               f"(see the data-quality issues: {[i.kind for i in quality]})")
+
+    # Scan subjects given as RIDs take the PTID the clinical table gives that RID.
+    rid_map = {r: s for r, s in zip(visits["rid"], visits["subject_id"])
+               if r is not None and not pd.isna(r) and s and not is_rid(s)}
+    scan_table["subject_id"] = [rid_map.get(s, s) if is_rid(s) else s
+                                for s in scan_table["subject_id"]]
+
+    excluded: list[pd.DataFrame] = []
+
+    def exclude(mask: pd.Series, kind: str, message: str, reason: str,
+                severity: str = "warning") -> None:
+        nonlocal scan_table
+        if not mask.any():
+            return
+        rows = scan_table.loc[mask]
+        quality.add(kind, stable, int(mask.sum()), message, "scan left out of the manifest",
+                    _examples(rows), severity=severity)  # type: ignore[arg-type]
+        excluded.append(pd.DataFrame({
+            "line": rows["_row"], "subject": rows["subject_raw"], "session": rows["session_raw"],
+            "scan_path": rows["scan_path"], "reason": reason}))
+        scan_table = scan_table.loc[~mask]
+
+    if used_scan["status"]:
+        usable = set(s.lower() for s in cfg.matching.usable_statuses)
+        status = scan_table["status"]
+        bad = status.notna() & ~status.isin(usable)
+        reasons = status.where(bad)
+        for value in sorted(set(reasons.dropna())):
+            exclude(status == value, "scan_not_usable",
+                    f"scans with status {value!r} (usable: {sorted(usable)})",
+                    f"status {value}", severity="info")
+    exclude(scan_table["subject_id"].isna(), "scan_without_subject",
+            "scans with no subject id", "no subject id")
+    missing_path = apply(scan_table["scan_path"], _missing).astype(bool)
+    exclude(missing_path, "scan_without_path", "scans with no file path", "no scan path")
+    known = set(visits["subject_id"])
+    exclude(~scan_table["subject_id"].isin(known), "scan_without_subject",
+            "scans whose subject is not in the clinical table", "subject not in clinical table")
+    exclude(scan_table["session_id"].isna() & scan_table["scan_date"].isna(),
+            "scan_without_visit", "scans with neither a session/visit code nor a date",
+            "no session or date")
+    if scan_table.empty:
+        reasons = ", ".join(f"{i.kind} ({i.count})" for i in quality if i.table == stable)
+        raise CohortInputError(f"{scan_name}: no usable scans left ({reasons or 'no rows'}); "
+                               "nothing written")
+
+    # Several scans of one visit are legitimate (repeat acquisitions); keep and name them.
+    scan_table = scan_table.copy()
+    key = scan_table["subject_id"] + "|" + scan_table["session_id"].fillna(
+        scan_table["scan_date"].dt.strftime("%Y-%m-%d")).fillna("?")
+    run = scan_table.groupby(key, sort=False).cumcount() + 1
+    repeats = scan_table.loc[key.duplicated(keep=False)]
+    if len(repeats):
+        quality.add("several_scans_per_visit", stable, int(key.duplicated().sum()),
+                    "more than one scan for one subject and visit",
+                    "all kept (scan_id gets _run-N); they share the subject's split",
+                    _examples(repeats), severity="info")
+    session_text = scan_table["session_id"].fillna(
+        "date" + scan_table["scan_date"].dt.strftime("%Y%m%d")).fillna("unknown")
+    scan_table["scan_id"] = ("sub-" + scan_table["subject_id"] + "_ses-" + session_text
+                             + np.where(run > 1, "_run-" + run.astype(str), ""))
+
+    if cfg.check_scan_files:
+        def exists(p: str) -> bool:
+            path = Path(p)
+            return (path if path.is_absolute() else scan_base / path).exists()
+        absent = ~scan_table["scan_path"].map(exists)
+        if absent.any():
+            quality.add("scan_file_missing", stable, int(absent.sum()),
+                        "scan files that do not exist (relative paths read from the scan "
+                        "table's folder)", "kept; check the paths before training",
+                        list(scan_table.loc[absent, "scan_path"]))
+
+    # Visits.
+    scan_table = match_visits(scan_table, visits, cfg.matching)
+    none = scan_table["visit_match"] == "none"
+    quality.add("scan_without_visit", stable, int(none.sum()),
+                "scans whose visit code (and date) match no clinical visit of the subject",
+                "kept without a visit diagnosis or exam date; labels still use the subject's "
+                "other records", _examples(scan_table.loc[none]))
+    via = scan_table["visit_match"].str.startswith("alias") | (scan_table["visit_match"] == "date")
+    quality.add("visit_matched_indirectly", stable, int(via.sum()),
+                "scans paired with a clinical visit through a code alias or by date",
+                "kept; see the visit_match and visit_gap_days columns",
+                [f"{s} {v} -> {m}" for s, v, m in zip(scan_table.loc[via, "subject_id"],
+                                                      scan_table.loc[via, "session_raw"],
+                                                      scan_table.loc[via, "visit_match"])],
+                severity="info")
+    scan_table = attach_visits(scan_table, visits)
+
+    # Amyloid.
+    measures = clinical_measures(visits)
+    undated = measures["date"].isna()
+    quality.add("amyloid_without_date", f"clinical ({clin_name})", int(undated.sum()),
+                "amyloid measures at visits without an exam date",
+                "cannot be paired in time; not used",
+                [f"{s} {v} {t}" for s, v, t in zip(measures.loc[undated, "subject_id"],
+                                                    measures.loc[undated, "visit"],
+                                                    measures.loc[undated, "tracer"])])
+    measures = measures.loc[~undated].drop(columns="visit")
+    if amyloid is not None:
+        measures = pd.concat([measures, load_amyloid(amyloid, quality)], ignore_index=True)
+    scan_table, outside = match_amyloid(scan_table, measures, cfg.matching)
+    no_date = scan_table["scan_date"].isna()
+    quality.add("scan_without_date", stable, int(no_date.sum()),
+                "scans with no date of their own and no matched visit date",
+                "no amyloid measure can be paired with them", _examples(scan_table.loc[no_date]))
+    far = outside.notna()
+    quality.add("amyloid_outside_window", stable, int(far.sum()),
+                f"scans whose nearest amyloid measure is more than "
+                f"{cfg.matching.amyloid_window_days} days away",
+                "no measure paired with the scan (matching.amyloid_window_days)",
+                [f"{s} {v}: {int(d)} days" for s, v, d in zip(
+                    scan_table.loc[far, "subject_id"], scan_table.loc[far, "session_id"],
+                    outside[far])], severity="info")
+
+    # Subjects without scans are reported, not labelled.
+    scanned = list(dict.fromkeys(scan_table["subject_id"]))
+    unscanned = sorted(known - set(scanned))
+    quality.add("subject_without_scan", f"clinical ({clin_name})", len(unscanned),
+                "subjects in the clinical table with no usable scan",
+                "not in the manifest (nothing to train or test on)", unscanned, severity="info")
+
+    subjects = label_subjects(scanned, visits, scan_table, measures, cfg.labels, quality)
+    out_subjects = subjects.loc[~subjects["included"]]
+    if len(out_subjects):
+        mask = scan_table["subject_id"].isin(set(out_subjects["subject_id"]))
+        reason_of = dict(zip(out_subjects["subject_id"], out_subjects["exclusion"]))
+        rows = scan_table.loc[mask]
+        quality.add("excluded_by_diagnosis", "labels", len(out_subjects),
+                    f"subjects whose baseline diagnosis is not in include_diagnoses "
+                    f"{cfg.labels.include_diagnoses} (preset {cfg.preset})",
+                    "their scans are left out of the manifest",
+                    [f"{s}: {reason_of[s]}" for s in out_subjects["subject_id"]], severity="info")
+        excluded.append(pd.DataFrame({
+            "line": rows["_row"], "subject": rows["subject_raw"], "session": rows["session_raw"],
+            "scan_path": rows["scan_path"],
+            "reason": rows["subject_id"].map(reason_of)}))
+        scan_table = scan_table.loc[~mask]
+    included = subjects.loc[subjects["included"]].reset_index(drop=True)
+    if included.empty:
+        raise CohortInputError(
+            "no subject left after include_diagnoses "
+            f"{cfg.labels.include_diagnoses}; nothing written")
+
+    included = assign_splits(included, cfg.split)
+    manifest = _assemble(scan_table, included)
+    if cfg.output.scan_paths != "as-given":
+        manifest["scan_path"] = [_absolute(p, scan_base) for p in manifest["scan_path"]]
+    check_manifest_splits(manifest)
+
+    excluded_frame = (pd.concat(excluded, ignore_index=True) if excluded
+                      else pd.DataFrame(columns=list(EXCLUDED_COLUMNS)))
+    summary = {
+        "inputs": {"clinical": _describe_input(clinical), "scans": _describe_input(scans),
+                   "amyloid": _describe_input(amyloid) if amyloid is not None else None},
+        "columns": {"clinical": used_clin, "scans": used_scan},
+        "n_scans": int(len(manifest)), "n_subjects": int(manifest["subject_id"].nunique()),
+        "n_excluded_scans": int(len(excluded_frame)),
+    }
+    return Cohort(manifest, included, excluded_frame, quality, cfg, summary, scan_base)
+
+
+def _assemble(scans: pd.DataFrame, subjects: pd.DataFrame) -> pd.DataFrame:
+    per_subject = subjects[["subject_id", "pu_label", "truth", "split", "fold", "hidden_positive",
+                            "dx_bl", "label_reason", "amyloid_suvr", "amyloid_tracer"]].rename(
+        columns={"amyloid_suvr": "subject_suvr", "amyloid_tracer": "subject_tracer"})
+    frame = scans.merge(per_subject, on="subject_id", how="inner", validate="many_to_one")
+    frame = frame.sort_values(["split", "subject_id", "scan_date", "scan_id"],
+                              na_position="last", kind="stable")
+    return frame[list(MANIFEST_COLUMNS)].reset_index(drop=True)
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def _atomic_write(path: Path, writer: Callable[[Path], None]) -> Path:
+    """Call ``writer(tmp)`` on a temporary file beside ``path``, then rename it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        writer(Path(tmp))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _csv_text(frame: pd.DataFrame) -> str:
+    out = frame.copy()
+    for col in out.columns:
+        if pd.api.types.is_datetime64_any_dtype(out[col]):
+            out[col] = out[col].dt.strftime("%Y-%m-%d")
+    return out.to_csv(index=False)
+
+
+def _absolute(path: str, base: Path) -> str:
+    p = Path(path)
+    return os.path.normpath(p if p.is_absolute() else base / p)
+
+
+def _paths_for_output(manifest: pd.DataFrame, out_dir: Path, mode: str) -> pd.DataFrame:
+    if mode != "relative":
+        return manifest
+    out = manifest.copy()
+    out["scan_path"] = [os.path.relpath(p, out_dir.resolve()) for p in out["scan_path"]]
+    return out
+
+
+def write_manifest(manifest: pd.DataFrame, path: str | Path) -> Path:
+    """Write a manifest as CSV or Parquet (by suffix), atomically."""
+    path = Path(path)
+    if path.suffix == ".parquet":
+        return _atomic_write(path, lambda tmp: manifest.to_parquet(tmp, index=False))
+    return _config.atomic_write_text(path, _csv_text(manifest))
+
+
+def write_cohort(cohort: Cohort, out_dir: str | Path, render: bool = True) -> dict[str, Path]:
+    """Write the manifest, subject table, exclusions, quality issues, settings and report.
+
+    Files (in ``out_dir``): ``manifest.csv`` (or ``.parquet``), ``subjects.csv``,
+    ``excluded.csv``, ``quality.csv``, ``cohort_config.toml``, ``cohort.json`` and, with
+    ``render``, ``cohort_report.md`` with ``suvr_histogram.png``.
+    """
+    from adni_pu.provenance import provenance
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cfg = cohort.config
+    manifest = _paths_for_output(cohort.manifest, out_dir, cfg.output.scan_paths)
+    name = "manifest.parquet" if cfg.output.format == "parquet" else "manifest.csv"
+    paths: dict[str, Path] = {}
+    paths["config"] = _config.save(cfg, out_dir / "cohort_config.toml")
+    paths["subjects"] = _config.atomic_write_text(out_dir / "subjects.csv", _csv_text(cohort.subjects))
+    paths["excluded"] = _config.atomic_write_text(out_dir / "excluded.csv", _csv_text(cohort.excluded))
+    paths["quality"] = _config.atomic_write_text(out_dir / "quality.csv",
+                                                 _csv_text(cohort.quality.to_frame()))
+    summary = dict(cohort.summary)
+    summary["manifest"] = name
+    summary["provenance"] = provenance()
+    if render:
+        from adni_pu.cohort.report import class_prior_table, render_report
+
+        summary["class_prior"] = class_prior_table(manifest).to_dict("records")
+        paths.update(render_report(manifest, out_dir, quality=cohort.quality, config=cfg,
+                                   excluded=cohort.excluded, summary=summary))
+    paths["summary"] = _config.atomic_write_text(
+        out_dir / "cohort.json", json.dumps(summary, indent=2, default=str) + "\n")
+    paths["manifest"] = write_manifest(manifest, out_dir / name)
+    return paths
+
+
+def read_manifest(path: str | Path) -> pd.DataFrame:
+    """Read a manifest (CSV or Parquet; a cohort folder finds its manifest) with its types."""
+    path = Path(path)
+    if path.is_dir():
+        for name in ("manifest.parquet", "manifest.csv"):
+            if (path / name).is_file():
+                path = path / name
+                break
+        else:
+            raise CohortInputError(f"{path}: no manifest.csv or manifest.parquet in this folder")
+    if not path.is_file():
+        raise CohortInputError(f"{path}: manifest not found")
+    if path.suffix == ".parquet":
+        frame = pd.read_parquet(path)
+    else:
+        frame = pd.read_csv(path, dtype={"subject_id": str, "session_id": str, "scan_id": str,
+                                         "scan_path": str})
+    missing = [c for c in ("subject_id", "scan_path", "pu_label", "truth", "split")
+               if c not in frame.columns]
+    if missing:
+        raise CohortInputError(f"{path}: not a cohort manifest; missing column(s) {missing}, "
+                               f"found {list(frame.columns)}")
+    for col in _DATE_COLUMNS:
+        if col in frame:
+            frame[col] = pd.to_datetime(frame[col], errors="coerce")
+    for col in ("pu_label", "truth", "hidden_positive", "fold"):
+        if col in frame:
+            frame[col] = pd.to_numeric(frame[col], errors="coerce").astype("Int64")
+    return frame

@@ -1,0 +1,268 @@
+"""The cohort report: counts per split and label, class prior, SUVR histogram, data quality.
+
+Everything is computed from the manifest (plus, when they sit beside it, quality.csv,
+excluded.csv and cohort_config.toml), so ``adni-pu cohort report`` can redo the report
+of any cohort folder, including one written by another tool.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from adni_pu import config as _config
+from adni_pu.cohort.config import TRACERS, CohortConfig
+from adni_pu.cohort.quality import QualityReport
+
+REPORT_NAME = "cohort_report.md"
+HISTOGRAM_NAME = "suvr_histogram.png"
+
+
+def subject_table(manifest: pd.DataFrame) -> pd.DataFrame:
+    """One row per subject of a manifest (labels are per subject, so the first scan's)."""
+    cols = [c for c in ("subject_id", "split", "pu_label", "truth", "hidden_positive")
+            if c in manifest]
+    first = manifest.groupby("subject_id", sort=True)[cols[1:]].first().reset_index()
+    first["n_scans"] = manifest.groupby("subject_id", sort=True).size().to_numpy()
+    if "hidden_positive" not in first:
+        first["hidden_positive"] = 0
+    return first
+
+
+def _prior_row(name: str, subjects: pd.DataFrame) -> dict[str, Any]:
+    truth = pd.to_numeric(subjects["truth"], errors="coerce")
+    pu = pd.to_numeric(subjects["pu_label"], errors="coerce").fillna(0).astype(int)
+    known = truth.notna()
+    n, n_known = len(subjects), int(known.sum())
+    n_pos = int((truth[known] == 1).sum())
+    unl_known = known & (pu == 0)
+    pos_known = known & (truth == 1)
+    return {
+        "split": name,
+        "subjects": n,
+        "labelled_positive": int((pu == 1).sum()),
+        "unlabelled": int((pu == 0).sum()),
+        "with_truth": n_known,
+        "no_truth": n - n_known,
+        "truth_positive": n_pos,
+        # the class prior: P(amyloid positive) among subjects with a truth
+        "class_prior": n_pos / n_known if n_known else np.nan,
+        # what the labels imply: pi >= labelled fraction (every labelled subject positive)
+        "labelled_fraction": float((pu == 1).mean()) if n else np.nan,
+        # P(positive | unlabelled), among unlabelled subjects with a truth (nnPU's prior
+        # for the unlabelled set in the censoring view)
+        "prior_in_unlabelled": (float((truth[unl_known] == 1).mean())
+                                if unl_known.any() else np.nan),
+        # label frequency c = P(labelled | positive), among truth-positive subjects
+        "label_frequency": float((pu[pos_known] == 1).mean()) if pos_known.any() else np.nan,
+    }
+
+
+def class_prior_table(manifest: pd.DataFrame) -> pd.DataFrame:
+    """Class prior and label statistics per split and overall (one row each)."""
+    subjects = subject_table(manifest)
+    rows = [_prior_row(s, subjects.loc[subjects["split"] == s])
+            for s in ("train", "val", "test") if (subjects["split"] == s).any()]
+    rows.append(_prior_row("all", subjects))
+    return pd.DataFrame(rows)
+
+
+def counts_table(manifest: pd.DataFrame) -> pd.DataFrame:
+    """Subjects and scans per split and label (labelled / unlabelled / hidden positive)."""
+    subjects = subject_table(manifest)
+    rows = []
+    for split in ("train", "val", "test", "all"):
+        sub = subjects if split == "all" else subjects.loc[subjects["split"] == split]
+        if sub.empty:
+            continue
+        pu = pd.to_numeric(sub["pu_label"], errors="coerce").fillna(0).astype(int)
+        truth = pd.to_numeric(sub["truth"], errors="coerce")
+        hidden = pd.to_numeric(sub["hidden_positive"], errors="coerce").fillna(0).astype(int)
+        rows.append({
+            "split": split, "subjects": len(sub), "scans": int(sub["n_scans"].sum()),
+            "labelled_positive": int((pu == 1).sum()), "unlabelled": int((pu == 0).sum()),
+            "hidden_positive": int(hidden.sum()),
+            "truth_positive": int((truth == 1).sum()), "truth_negative": int((truth == 0).sum()),
+            "truth_unknown": int(truth.isna().sum()),
+        })
+    return pd.DataFrame(rows)
+
+
+def _cutoffs(config: CohortConfig | None) -> dict[str, dict[str, float]]:
+    labels = (config or CohortConfig()).labels
+    return {"label": labels.label_cutoffs, "truth": labels.truth_cutoffs,
+            "hidden": labels.hidden_positive_cutoffs}
+
+
+def plot_suvr_histogram(manifest: pd.DataFrame, path: str | Path,
+                        config: CohortConfig | None = None) -> Path:
+    """Histogram of the amyloid measures paired with scans, one panel per tracer, with the
+    label, truth and hidden-positive cut-offs drawn as vertical lines. Written atomically."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from adni_pu.cohort.manifest import _atomic_write
+
+    keep = [c for c in ("subject_id", "tracer", "suvr", "suvr_date") if c in manifest]
+    measures = manifest.loc[manifest["suvr"].notna(), keep].drop_duplicates()
+    tracers = [t for t in TRACERS if (measures.get("tracer") == t).any()] or ["none"]
+    cut = _cutoffs(config)
+    fig, axes = plt.subplots(1, len(tracers), figsize=(5.0 * len(tracers), 3.6), squeeze=False)
+    styles = {"label": ("tab:red", "-", "label cut-off"),
+              "truth": ("black", "--", "truth cut-off"),
+              "hidden": ("tab:orange", ":", "hidden-positive cut-off")}
+    for ax, tracer in zip(axes[0], tracers):
+        values = measures.loc[measures["tracer"] == tracer, "suvr"].astype(float)
+        if len(values):
+            ax.hist(values, bins=min(40, max(5, len(values) // 3)), color="tab:blue", alpha=0.75)
+        else:
+            ax.text(0.5, 0.5, "no amyloid measure paired with a scan", ha="center",
+                    va="center", transform=ax.transAxes)
+        for kind, (colour, style, text) in styles.items():
+            value = cut[kind].get(tracer)
+            if value is not None:
+                ax.axvline(value, color=colour, linestyle=style, label=f"{text} {value:g}")
+        ax.set_title(f"{tracer} (n = {len(values)} measures)")
+        ax.set_xlabel("SUVR (whole-cerebellum reference)")
+        ax.set_ylabel("measures")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = Path(path)
+    _atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
+    plt.close(fig)
+    return path
+
+
+def _md_table(frame: pd.DataFrame, digits: int = 3) -> str:
+    if frame.empty:
+        return "_none_\n"
+
+    def fmt(v: Any) -> str:
+        if v is None or (isinstance(v, float) and np.isnan(v)) or v is pd.NA:
+            return ""
+        if isinstance(v, float):
+            return f"{v:.{digits}f}"
+        return str(v).replace("|", "\\|").replace("\n", " ")
+
+    head = "| " + " | ".join(str(c) for c in frame.columns) + " |"
+    rule = "|" + "---|" * len(frame.columns)
+    body = ["| " + " | ".join(fmt(v) for v in row) + " |"
+            for row in frame.itertuples(index=False)]
+    return "\n".join([head, rule, *body]) + "\n"
+
+
+def render_report(
+    manifest: pd.DataFrame,
+    out_dir: str | Path,
+    quality: QualityReport | None = None,
+    config: CohortConfig | None = None,
+    excluded: pd.DataFrame | None = None,
+    summary: dict[str, Any] | None = None,
+) -> dict[str, Path]:
+    """Write ``cohort_report.md`` and ``suvr_histogram.png`` into ``out_dir``."""
+    out_dir = Path(out_dir)
+    hist = plot_suvr_histogram(manifest, out_dir / HISTOGRAM_NAME, config)
+    lines = ["# Cohort report", ""]
+    if config is not None:
+        lab = config.labels
+        lines += [
+            f"Preset **{config.preset}**. Labels are per subject: labelled positive if one of "
+            f"{lab.positive_diagnoses} is on file ({lab.diagnosis_scope}) or an amyloid SUVR "
+            f"({lab.amyloid_scope} measures) is at or above the label cut-off "
+            f"{lab.label_cutoffs}; truth is amyloid status at {lab.truth_cutoffs}."
+            + (f" Hidden positives: unlabelled with SUVR in [{lab.hidden_positive_cutoffs}, "
+               "label cut-off)." if lab.hidden_positive_cutoffs else "")
+            + (f" Only subjects with baseline diagnosis in {lab.include_diagnoses}."
+               if lab.include_diagnoses else ""),
+            "",
+            f"Amyloid paired within {config.matching.amyloid_window_days} days of the scan; "
+            f"split seed {config.split.seed}"
+            + (f", {config.split.k_folds} folds (fold {config.split.fold} is validation)"
+               if config.split.k_folds >= 2 else "") + ".",
+            "",
+        ]
+    if summary and summary.get("inputs"):
+        lines += ["## Inputs", ""]
+        for name, info in summary["inputs"].items():
+            if info:
+                lines.append(f"- {name}: `{info.get('path') or info.get('note')}`"
+                             + (f" (sha256 {info['sha256'][:12]})" if info.get("sha256") else ""))
+        lines.append("")
+        for name, used in (summary.get("columns") or {}).items():
+            found = ", ".join(f"{k}={v}" for k, v in used.items() if v)
+            lines.append(f"- columns used in the {name} table: {found}")
+        lines.append("")
+    lines += ["## Counts per split and label (subjects)", "", _md_table(counts_table(manifest))]
+    prior = class_prior_table(manifest)
+    lines += [
+        "## Class prior", "",
+        "`class_prior`: fraction amyloid-positive among subjects with a truth; "
+        "`labelled_fraction`: what the labels alone imply (a lower bound on the prior); "
+        "`prior_in_unlabelled`: positive fraction among unlabelled subjects with a truth; "
+        "`label_frequency`: fraction of truth-positive subjects that are labelled. "
+        "Subjects with no truth are left out of every metric and counted in `no_truth`.", "",
+        _md_table(prior),
+    ]
+    lines += ["## Amyloid SUVR", "", f"![SUVR histogram]({hist.name})", ""]
+    if "suvr_gap_days" in manifest:
+        gaps = pd.to_numeric(manifest["suvr_gap_days"], errors="coerce").abs()
+        paired = int(gaps.notna().sum())
+        lines.append(f"{paired} of {len(manifest)} scans have an amyloid measure paired "
+                     + (f"(median gap {gaps.median():.0f} days, max {gaps.max():.0f})."
+                        if paired else "."))
+        lines.append("")
+    if "visit_match" in manifest:
+        vm = manifest["visit_match"].fillna("none").value_counts().rename_axis("visit_match")
+        lines += ["Scan-to-visit matching:", "", _md_table(vm.reset_index(name="scans"))]
+    lines += ["## Data quality", ""]
+    if quality is None:
+        lines += ["_No quality record found beside this manifest._", ""]
+    elif not len(quality):
+        lines += ["No data-quality issue found.", ""]
+    else:
+        frame = quality.to_frame()[["severity", "kind", "table", "count", "message", "action",
+                                    "examples"]]
+        lines += [_md_table(frame)]
+    if excluded is not None and len(excluded):
+        by = excluded.groupby("reason").size().rename_axis("reason").reset_index(name="scans")
+        lines += ["Scans left out of the manifest (listed in `excluded.csv`):", "", _md_table(by)]
+    report = _config.atomic_write_text(out_dir / REPORT_NAME, "\n".join(lines))
+    return {"report": report, "histogram": hist}
+
+
+def report_from_path(path: str | Path, out_dir: str | Path | None = None) -> dict[str, Path]:
+    """Re-render the report of a manifest file or cohort folder (CLI ``cohort report``).
+
+    quality.csv, excluded.csv and cohort_config.toml beside the manifest are used when
+    present; the report is written beside the manifest unless ``out_dir`` is given.
+    """
+    from adni_pu.cohort.config import load_cohort_config
+    from adni_pu.cohort.manifest import read_manifest
+
+    path = Path(path)
+    folder = path if path.is_dir() else path.parent
+    manifest = read_manifest(path)
+    quality = None
+    if (folder / "quality.csv").is_file():
+        frame = pd.read_csv(folder / "quality.csv", dtype=str, keep_default_na=False)
+        quality = QualityReport.from_frame(frame)
+    excluded = None
+    if (folder / "excluded.csv").is_file():
+        excluded = pd.read_csv(folder / "excluded.csv", dtype=str)
+    config = None
+    if (folder / "cohort_config.toml").is_file():
+        config = load_cohort_config(folder / "cohort_config.toml")
+    summary = None
+    if (folder / "cohort.json").is_file():
+        try:
+            summary = json.loads((folder / "cohort.json").read_text())
+        except json.JSONDecodeError:
+            summary = None
+    return render_report(manifest, out_dir or folder, quality, config, excluded, summary)

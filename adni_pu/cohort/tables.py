@@ -1,0 +1,558 @@
+"""Reading clinical and scan tables into one normalised shape.
+
+ADNIMERGE exports (``ADNIMERGE.csv``, ``ADNIMERGE_<date>.csv``) are read by their own
+column names; any other table is read through a column mapping (see
+:class:`~adni_pu.cohort.config.ClinicalColumns`). Subject ids, visit codes, dates,
+diagnoses and numbers are normalised here, and everything that had to be changed or
+could not be read is recorded in the :class:`~adni_pu.cohort.quality.QualityReport`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from adni_pu.cohort.config import TRACERS, ClinicalColumns, ScanColumns
+from adni_pu.cohort.quality import CohortInputError, QualityReport
+
+# --------------------------------------------------------------------------- normalisers
+
+_PTID = re.compile(r"^(?:sub-)?(?:ADNI)?(\d{3})_?S_?(\d{4})$", re.IGNORECASE)
+_RID = re.compile(r"^\d+(?:\.0+)?$")
+_MONTH = re.compile(r"^(?:ses-)?(?:m|month)[-_]?(\d{1,3})$", re.IGNORECASE)
+_YEAR = re.compile(r"^(?:ses-)?(?:y|year)[-_]?(\d{1,2})$", re.IGNORECASE)
+
+
+def _missing(value: Any) -> bool:
+    if value is None:
+        return True
+    if isinstance(value, float) and np.isnan(value):
+        return True
+    if value is pd.NA or value is pd.NaT:
+        return True
+    return isinstance(value, str) and value.strip() == ""
+
+
+def normalise_subject_id(value: Any) -> str | None:
+    """Canonical subject id: ADNI PTID ``011_S_0002`` where the value is one.
+
+    Accepts PTIDs (``011_S_0002``, ``011s0002``), BIDS ids from Clinica's adni-to-bids
+    (``sub-ADNI011S0002``) and bare RIDs (``2`` -> ``"2"``, resolved to a PTID later
+    through the clinical table). Other ids lose a leading ``sub-`` and are kept as they
+    are, so non-ADNI tables work too. Empty values give ``None``.
+    """
+    if _missing(value):
+        return None
+    text = str(value).strip()
+    match = _PTID.match(text)
+    if match:
+        return f"{match.group(1)}_S_{match.group(2)}"
+    if _RID.match(text):
+        return str(int(float(text)))
+    if text.lower().startswith("sub-"):
+        text = text[4:]
+    return text or None
+
+
+def is_rid(subject_id: str | None) -> bool:
+    """Whether a normalised subject id is a bare ADNI RID (digits only)."""
+    return bool(subject_id) and str(subject_id).isdigit()
+
+
+def normalise_visit(value: Any) -> str | None:
+    """Canonical ADNI visit code: ``bl``, ``sc``, ``scmri``, ``nv``, ``m06``, ``m12``, ...
+
+    BIDS sessions map by month (``ses-M000`` -> ``bl``, ``ses-M006`` -> ``m06``,
+    ``ses-M108`` -> ``m108``); ``m6``, ``M06`` and ``month6`` -> ``m06``; ``y1`` ->
+    ``m12``. Other codes (``init``, ``uns1``, ...) are kept in lower case.
+    """
+    if _missing(value):
+        return None
+    text = str(value).strip().lower()
+    if text.startswith("ses-"):
+        text = text[4:]
+    if text in {"bl", "baseline", "m0", "m00", "m000"}:
+        return "bl"
+    match = _MONTH.match(text)
+    if match:
+        month = int(match.group(1))
+        return "bl" if month == 0 else f"m{month:02d}"
+    match = _YEAR.match(text)
+    if match:
+        month = 12 * int(match.group(1))
+        return "bl" if month == 0 else f"m{month:02d}"
+    return text or None
+
+
+_DX = {
+    "cn": "CN", "nl": "CN", "normal": "CN", "smc": "CN",
+    "mci": "MCI", "emci": "MCI", "lmci": "MCI",
+    "ad": "AD", "dementia": "AD",
+}
+
+
+def normalise_diagnosis(value: Any) -> str | None:
+    """Diagnosis as CN, MCI or AD (ADNIMERGE DX, DX_bl and older "NL to MCI" forms).
+
+    DX_bl's SMC counts as CN, EMCI and LMCI as MCI; DX's Dementia as AD. A conversion such
+    as ``MCI to Dementia`` gives the diagnosis reached. Unknown text raises ``ValueError``;
+    empty values give ``None``.
+    """
+    if _missing(value):
+        return None
+    text = str(value).strip().lower()
+    if " to " in text:
+        text = text.rsplit(" to ", 1)[1].strip()
+    if text not in _DX:
+        raise ValueError(f"unknown diagnosis {value!r}")
+    return _DX[text]
+
+
+def normalise_sex(value: Any) -> str | None:
+    """``M`` or ``F`` from Male/Female/M/F/1/2 (ADNI codes 1 male, 2 female)."""
+    if _missing(value):
+        return None
+    text = str(value).strip().lower()
+    if text in {"m", "male", "1", "man"}:
+        return "M"
+    if text in {"f", "female", "2", "woman"}:
+        return "F"
+    raise ValueError(f"unknown sex {value!r}")
+
+
+def parse_dates(values: pd.Series) -> tuple[pd.Series, pd.Series]:
+    """Dates from ISO text (``2005-09-08``) or ADNI's US form (``9/8/2005``).
+
+    Returns the parsed dates (NaT where missing or unreadable) and a mask of the
+    values that were present but could not be read.
+    """
+    text = values.astype("string").str.strip()
+    present = text.notna() & (text != "")
+    out = pd.to_datetime(text.where(present), format="ISO8601", errors="coerce")
+    retry = present & out.isna()
+    if retry.any():
+        us = pd.to_datetime(text[retry], format="%m/%d/%Y", errors="coerce")
+        out = out.copy()
+        out[retry] = us
+    bad = present & out.isna()
+    return out.astype("datetime64[ns]"), bad
+
+
+def parse_numbers(values: pd.Series) -> tuple[pd.Series, pd.Series]:
+    """Floats from text; returns the numbers (NaN where missing or unreadable) and a mask
+    of the values that were present but were not numbers."""
+    text = values.astype("string").str.strip()
+    present = text.notna() & (text != "")
+    out = pd.to_numeric(text.where(present), errors="coerce").astype("float64")
+    bad = present & (out.isna() | ~np.isfinite(out.fillna(0.0)))
+    out = out.where(~bad)
+    return out, bad
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def apply(series: pd.Series, fn: Any) -> pd.Series:
+    """``fn`` on every value, kept as Python objects (``None`` stays ``None``, not NaN)."""
+    return pd.Series([fn(v) for v in series], index=series.index, dtype=object)
+
+
+def _clean(series: pd.Series) -> pd.Series:
+    """Text stripped, empty text and NaN as ``None``, as an object column."""
+    values = series.astype(object)
+    texts = pd.Series([isinstance(v, str) for v in values], index=values.index, dtype=bool)
+    if texts.any():
+        values = values.copy()
+        values[texts] = values[texts].astype(str).str.strip().astype(object)
+    missing = values.isna() | (texts & (values.astype(str) == ""))
+    return values.where(~missing, None).astype(object)
+
+
+def read_table(source: str | Path | pd.DataFrame, what: str) -> tuple[pd.DataFrame, str]:
+    """A table as text columns (CSV, TSV or Parquet file, or a DataFrame) and its name.
+
+    Everything is read as text so that unreadable numbers and dates can be reported
+    instead of silently becoming missing.
+    """
+    if isinstance(source, pd.DataFrame):
+        frame = source.copy()
+        name = f"{what} table"
+    else:
+        path = Path(source)
+        name = path.name
+        if not path.is_file():
+            raise CohortInputError(f"{what} table {path}: file not found")
+        try:
+            if path.suffix.lower() in {".parquet", ".pq"}:
+                frame = pd.read_parquet(path)
+            else:
+                sep = "\t" if path.suffix.lower() in {".tsv", ".tab"} else ","
+                frame = pd.read_csv(path, sep=sep, dtype=str, keep_default_na=True,
+                                    skipinitialspace=True, low_memory=False)
+        except Exception as exc:  # noqa: BLE001 - any reader failure is a bad input
+            raise CohortInputError(f"{what} table {path}: cannot read ({exc})") from exc
+    frame.columns = [str(c).strip() for c in frame.columns]
+    for col in frame.columns:
+        frame[col] = _clean(frame[col])
+    if frame.empty:
+        raise CohortInputError(f"{what} table {name}: no rows (columns found: {list(frame.columns)})")
+    frame.insert(0, "_row", np.arange(2, len(frame) + 2))  # line number in a CSV file
+    return frame, name
+
+
+_CLINICAL_CANDIDATES: dict[str, tuple[str, ...]] = {
+    "subject": ("PTID", "subject_id", "participant_id", "subject"),
+    "rid": ("RID",),
+    "visit": ("VISCODE", "VISCODE2", "session_id", "visit", "session", "visit_code"),
+    "date": ("EXAMDATE", "exam_date", "visit_date", "date"),
+    "dx": ("DX", "diagnosis", "dx"),
+    "dx_bl": ("DX_bl", "diagnosis_bl", "dx_baseline"),
+    "age": ("AGE", "age"),
+    "sex": ("PTGENDER", "sex", "gender"),
+    "av45": ("AV45", "suvr_av45"),
+    "fbb": ("FBB", "suvr_fbb"),
+    "pib": ("PIB", "suvr_pib"),
+}
+
+_SCAN_CANDIDATES: dict[str, tuple[str, ...]] = {
+    "subject": ("subject_id", "subject", "participant_id", "PTID"),
+    "session": ("session_id", "session", "visit", "VISCODE", "visit_code"),
+    "path": ("preprocessed_path", "scan_path", "path", "filename", "image_path"),
+    "date": ("scan_date", "acq_date", "acquisition_date", "date", "EXAMDATE"),
+    "status": ("status",),
+}
+
+
+def resolve_columns(
+    frame: pd.DataFrame,
+    settings: Any,
+    candidates: dict[str, tuple[str, ...]],
+    required: list[tuple[str, ...]],
+    table: str,
+    settings_name: str,
+) -> dict[str, str | None]:
+    """Map each field of ``settings`` to a column of ``frame`` (or ``None``).
+
+    A set name must exist; ``""`` searches ``candidates`` (case-insensitive); ``"-"``
+    means absent. ``required`` lists groups of fields of which at least one must be
+    found; otherwise :class:`CohortInputError` names what was expected and what was found.
+    """
+    present = [c for c in frame.columns if c != "_row"]
+    lower = {c.lower(): c for c in present}
+    out: dict[str, str | None] = {}
+    wrong: list[str] = []
+    for f in fields(settings):
+        name = getattr(settings, f.name)
+        if name == "-":
+            out[f.name] = None
+        elif name:
+            if name in present:
+                out[f.name] = name
+            elif name.lower() in lower:
+                out[f.name] = lower[name.lower()]
+            else:
+                wrong.append(f"{settings_name}.{f.name} = {name!r}")
+                out[f.name] = None
+        else:
+            out[f.name] = next((lower[c.lower()] for c in candidates[f.name]
+                                if c.lower() in lower), None)
+    missing = []
+    for group in required:
+        if not any(out.get(g) for g in group):
+            names = " or ".join(
+                f"{g} ({'/'.join(candidates[g])})" if not getattr(settings, g) else
+                f"{g} ({getattr(settings, g)})" for g in group)
+            missing.append(names)
+    if wrong or missing:
+        parts = []
+        if wrong:
+            parts.append("configured column(s) not found: " + ", ".join(wrong))
+        if missing:
+            parts.append("missing required column(s): " + "; ".join(missing))
+        raise CohortInputError(
+            f"{table}: " + "; ".join(parts) + f". Columns found: {present}. "
+            f"Set the names with --set {settings_name}.<field>=\"<column>\"."
+        )
+    return out
+
+
+def _report_bad(quality: QualityReport, kind: str, table: str, frame: pd.DataFrame,
+                bad: pd.Series, column: str, what: str, action: str) -> None:
+    if bad.any():
+        rows = frame.loc[bad]
+        examples = [f"line {r}: {column}={v!r}" for r, v in zip(rows["_row"], rows[column])]
+        quality.add(kind, table, int(bad.sum()), f"{what} in column {column}", action, examples)
+
+
+def _drop_exact_duplicates(frame: pd.DataFrame, table: str, quality: QualityReport) -> pd.DataFrame:
+    data_cols = [c for c in frame.columns if c != "_row"]
+    dup = frame.duplicated(subset=data_cols, keep="first")
+    if dup.any():
+        rows = frame.loc[dup, "_row"].tolist()
+        quality.add("duplicate_rows", table, int(dup.sum()),
+                    "rows identical to an earlier row", "kept the first copy only",
+                    [f"line {r}" for r in rows])
+    return frame.loc[~dup]
+
+
+def _text(frame: pd.DataFrame, column: str | None) -> pd.Series:
+    if column is None:
+        return pd.Series([None] * len(frame), index=frame.index, dtype=object)
+    return frame[column]
+
+
+def load_clinical(
+    source: str | Path | pd.DataFrame,
+    columns: ClinicalColumns,
+    quality: QualityReport,
+) -> tuple[pd.DataFrame, dict[str, str | None], str]:
+    """Normalised clinical visits, one row per (subject, visit), the columns used, the name.
+
+    Output columns: ``subject_id, rid, visit, examdate, dx, dx_raw, dx_bl, dx_bl_raw, age,
+    sex, AV45, FBB, PIB, _row``. Exact duplicate rows are dropped once; several rows for
+    one visit are merged (first value per column), a visit with two different diagnoses
+    gets no diagnosis; all of it is reported.
+    """
+    raw, name = read_table(source, "clinical")
+    table = f"clinical ({name})"
+    used = resolve_columns(raw, columns, _CLINICAL_CANDIDATES,
+                           [("subject", "rid"), ("visit", "date"),
+                            ("dx", "dx_bl", "av45", "fbb", "pib")], table, "clinical_columns")
+    raw = _drop_exact_duplicates(raw, table, quality)
+
+    out = pd.DataFrame({"_row": raw["_row"]}, index=raw.index)
+    subj = apply(_text(raw, used["subject"]), normalise_subject_id)
+    rid = apply(_text(raw, used["rid"]), normalise_subject_id)
+    rid = apply(rid, lambda v: v if is_rid(v) else None)
+    # RID -> PTID from the rows that carry both; rows with only a RID borrow it.
+    rid_map: dict[str, str] = {}
+    for r, s in zip(rid, subj):
+        if r and s and not is_rid(s):
+            rid_map.setdefault(r, s)
+    subj = [s if (s and not is_rid(s)) else rid_map.get(r or s or "", s or r)
+            for s, r in zip(subj, rid)]
+    out["subject_id"] = pd.Series(subj, index=raw.index, dtype=object)
+    out["rid"] = rid
+    no_subject = out["subject_id"].isna()
+    if no_subject.any():
+        quality.add("row_without_subject", table, int(no_subject.sum()),
+                    "rows with no subject id", "left out",
+                    [f"line {r}" for r in out.loc[no_subject, "_row"]])
+
+    out["visit"] = apply(_text(raw, used["visit"]), normalise_visit)
+    if used["date"]:
+        dates, bad = parse_dates(raw[used["date"]])
+        _report_bad(quality, "unparseable_date", table, raw, bad, used["date"],
+                    "dates that could not be read", "treated as missing")
+        out["examdate"] = dates
+    else:
+        out["examdate"] = pd.Series(pd.NaT, index=raw.index, dtype="datetime64[ns]")
+    no_key = out["visit"].isna() & out["examdate"].isna() & ~no_subject
+    if no_key.any():
+        quality.add("row_without_visit", table, int(no_key.sum()),
+                    "rows with neither a visit code nor a date", "left out",
+                    [f"line {r}" for r in out.loc[no_key, "_row"]])
+
+    for field_name, col in (("dx", "dx"), ("dx_bl", "dx_bl")):
+        rawdx = _text(raw, used[field_name])
+        normalised, unknown = [], []
+        for value, row in zip(rawdx, raw["_row"]):
+            try:
+                normalised.append(normalise_diagnosis(value))
+            except ValueError:
+                normalised.append(None)
+                unknown.append(f"line {row}: {used[field_name]}={value!r}")
+        out[col] = pd.Series(normalised, index=raw.index, dtype=object)
+        out[f"{col}_raw"] = rawdx.where([v is not None for v in normalised], None)
+        if unknown:
+            quality.add("unknown_diagnosis", table, len(unknown),
+                        f"diagnoses not in CN/SMC/EMCI/LMCI/MCI/AD/Dementia in {used[field_name]}",
+                        "treated as missing", unknown)
+
+    if used["age"]:
+        age, bad = parse_numbers(raw[used["age"]])
+        _report_bad(quality, "unparseable_number", table, raw, bad, used["age"],
+                    "values that are not numbers", "treated as missing")
+        out["age"] = age
+    else:
+        out["age"] = np.nan
+    sexes, unknown = [], []
+    for value, row in zip(_text(raw, used["sex"]), raw["_row"]):
+        try:
+            sexes.append(normalise_sex(value))
+        except ValueError:
+            sexes.append(None)
+            unknown.append(f"line {row}: {used['sex']}={value!r}")
+    out["sex"] = pd.Series(sexes, index=raw.index, dtype=object)
+    if unknown:
+        quality.add("unknown_sex", table, len(unknown), f"values of {used['sex']} not male/female",
+                    "treated as missing", unknown)
+
+    for tracer in TRACERS:
+        col = used[tracer.lower()]
+        if col is None:
+            out[tracer] = np.nan
+            continue
+        values, bad = parse_numbers(raw[col])
+        _report_bad(quality, "unparseable_number", table, raw, bad, col,
+                    "values that are not numbers", "treated as missing")
+        implausible = values.notna() & (values <= 0)
+        _report_bad(quality, "implausible_suvr", table, raw, implausible, col,
+                    "SUVR values <= 0 (missing-value codes such as -4?)", "treated as missing")
+        out[tracer] = values.where(~implausible)
+
+    out = out.loc[~no_subject & ~no_key]
+    out = _merge_visit_rows(out, table, quality)
+    return out.reset_index(drop=True), used, name
+
+
+def _visit_key(frame: pd.DataFrame) -> pd.Series:
+    date_text = frame["examdate"].dt.strftime("%Y-%m-%d")
+    return frame["visit"].where(frame["visit"].notna(), "date:" + date_text.fillna(""))
+
+
+def _merge_visit_rows(frame: pd.DataFrame, table: str, quality: QualityReport) -> pd.DataFrame:
+    """One row per (subject, visit); conflicting diagnoses are blanked and reported."""
+    frame = frame.copy()
+    frame["_key"] = _visit_key(frame)
+    groups = frame.groupby(["subject_id", "_key"], sort=False, dropna=False)
+    sizes = groups["_row"].transform("size")
+    if (sizes == 1).all():
+        return frame.drop(columns="_key")
+    single = frame.loc[sizes == 1]
+    merged_rows: list[dict[str, Any]] = []
+    dx_conflicts: list[str] = []
+    value_conflicts: list[str] = []
+    dup_visits: list[str] = []
+    n_dup_rows = 0
+    for (subject, key), group in frame.loc[sizes > 1].groupby(["subject_id", "_key"], sort=False):
+        n_dup_rows += len(group) - 1
+        lines = ",".join(str(r) for r in group["_row"])
+        dup_visits.append(f"{subject} {key} (lines {lines})")
+        row: dict[str, Any] = {}
+        for col in group.columns:
+            values = group[col].dropna()
+            row[col] = values.iloc[0] if len(values) else None
+        dx_values = set(group["dx"].dropna())
+        if len(dx_values) > 1:
+            dx_conflicts.append(f"{subject} {key}: {sorted(dx_values)} (lines {lines})")
+            row["dx"] = None
+            row["dx_raw"] = None
+        for col in ("examdate", "age", "sex", *TRACERS):
+            if col in group and group[col].dropna().nunique() > 1:
+                value_conflicts.append(
+                    f"{subject} {key} {col}: {[str(v) for v in group[col].dropna().unique()]}")
+        row["_row"] = int(group["_row"].iloc[0])
+        merged_rows.append(row)
+    quality.add("duplicate_visit", table, n_dup_rows,
+                "extra rows for a visit already on file (same subject and visit code)",
+                "merged into one row per visit (first value of each column)", dup_visits)
+    quality.add("conflicting_diagnosis", table, len(dx_conflicts),
+                "visits with different diagnoses in different rows",
+                "the visit gets no diagnosis (neither is used for labels)", dx_conflicts,
+                severity="warning")
+    quality.add("conflicting_values", table, len(value_conflicts),
+                "visits whose rows disagree on a date, covariate or SUVR",
+                "kept the value of the first row", value_conflicts)
+    merged = pd.DataFrame(merged_rows, columns=frame.columns)
+    merged["examdate"] = pd.to_datetime(merged["examdate"])
+    for col in ("age", *TRACERS):
+        merged[col] = pd.to_numeric(merged[col], errors="coerce").astype("float64")
+    out = pd.concat([single, merged], ignore_index=True).sort_values("_row", kind="stable")
+    return out.drop(columns="_key")
+
+
+def load_scans(
+    source: str | Path | pd.DataFrame,
+    columns: ScanColumns,
+    quality: QualityReport,
+) -> tuple[pd.DataFrame, dict[str, str | None], str]:
+    """Normalised scan rows, the columns used and the table name.
+
+    Output columns: ``subject_id, session_id, scan_path, scan_date, status, subject_raw,
+    session_raw, _row``. Exact duplicate rows are dropped once (reported); nothing else is
+    dropped here: unusable rows are flagged by :func:`adni_pu.cohort.manifest.build_cohort`.
+    """
+    raw, name = read_table(source, "scan")
+    table = f"scans ({name})"
+    used = resolve_columns(raw, columns, _SCAN_CANDIDATES,
+                           [("subject",), ("session", "date"), ("path",)], table, "scan_columns")
+    raw = _drop_exact_duplicates(raw, table, quality)
+    out = pd.DataFrame({"_row": raw["_row"]}, index=raw.index)
+    out["subject_raw"] = raw[used["subject"]]
+    out["subject_id"] = apply(raw[used["subject"]], normalise_subject_id)
+    out["session_raw"] = _text(raw, used["session"])
+    out["session_id"] = apply(out["session_raw"], normalise_visit)
+    out["scan_path"] = raw[used["path"]]
+    if used["date"]:
+        dates, bad = parse_dates(raw[used["date"]])
+        _report_bad(quality, "unparseable_date", table, raw, bad, used["date"],
+                    "dates that could not be read", "treated as missing")
+        out["scan_date"] = dates
+    else:
+        out["scan_date"] = pd.Series(pd.NaT, index=raw.index, dtype="datetime64[ns]")
+    status = _text(raw, used["status"])
+    out["status"] = apply(status, lambda v: None if _missing(v) else str(v).strip().lower())
+    return out.reset_index(drop=True), used, name
+
+
+def load_amyloid(
+    source: str | Path | pd.DataFrame,
+    quality: QualityReport,
+) -> pd.DataFrame:
+    """Amyloid measures from a separate table: ``subject, date, tracer, suvr`` (long form).
+
+    Column names are matched case-insensitively; ``subject_id``/``PTID`` and
+    ``EXAMDATE``/``scan_date`` are accepted too. Such a table comes e.g. from
+    :func:`adni_pu.cohort.suvr.suvr_table`.
+    """
+    raw, name = read_table(source, "amyloid")
+    table = f"amyloid ({name})"
+    lower = {c.lower(): c for c in raw.columns}
+
+    def pick(*names: str) -> str | None:
+        return next((lower[n] for n in names if n in lower), None)
+
+    cols = {"subject": pick("subject", "subject_id", "ptid", "participant_id"),
+            "date": pick("date", "examdate", "scan_date", "pet_date"),
+            "tracer": pick("tracer"), "suvr": pick("suvr", "summary_suvr")}
+    missing = [k for k, v in cols.items() if v is None]
+    if missing:
+        raise CohortInputError(
+            f"{table}: missing required column(s) {missing}; expected subject, date, tracer, "
+            f"suvr; columns found: {[c for c in raw.columns if c != '_row']}")
+    raw = _drop_exact_duplicates(raw, table, quality)
+    out = pd.DataFrame({"_row": raw["_row"]}, index=raw.index)
+    out["subject_id"] = apply(raw[cols["subject"]], normalise_subject_id)
+    dates, bad = parse_dates(raw[cols["date"]])
+    _report_bad(quality, "unparseable_date", table, raw, bad, cols["date"],
+                "dates that could not be read", "measure left out (cannot be paired in time)")
+    out["date"] = dates
+    out["tracer"] = apply(raw[cols["tracer"]], lambda v: None if _missing(v) else str(v).upper())
+    unknown = out["tracer"].notna() & ~out["tracer"].isin(TRACERS)
+    _report_bad(quality, "unknown_tracer", table, raw, unknown, cols["tracer"],
+                f"tracers other than {list(TRACERS)}", "measure left out")
+    values, bad = parse_numbers(raw[cols["suvr"]])
+    _report_bad(quality, "unparseable_number", table, raw, bad, cols["suvr"],
+                "values that are not numbers", "measure left out")
+    implausible = values.notna() & (values <= 0)
+    _report_bad(quality, "implausible_suvr", table, raw, implausible, cols["suvr"],
+                "SUVR values <= 0", "measure left out")
+    out["suvr"] = values.where(~implausible)
+    out["source"] = name
+    empty = values.isna() & ~bad & ~implausible
+    if empty.any():
+        err = lower.get("error")
+        examples = [f"line {r}: {s}" + (f" ({e})" if err and e else "")
+                    for r, s, e in zip(raw.loc[empty, "_row"], raw.loc[empty, cols["subject"]],
+                                       raw.loc[empty, err] if err else [None] * int(empty.sum()))]
+        quality.add("amyloid_missing_value", table, int(empty.sum()),
+                    "amyloid rows with no SUVR value", "measure left out", examples)
+    keep = out["subject_id"].notna() & out["date"].notna() & out["suvr"].notna() & ~unknown
+    keep &= out["tracer"].notna()
+    return out.loc[keep, ["subject_id", "date", "tracer", "suvr", "source"]].reset_index(drop=True)
