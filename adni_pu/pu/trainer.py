@@ -253,7 +253,7 @@ class Trainer:
             logits = calibration.functional_forward(model, params, x_val)
             if self.sp.meta_objective == "pn_ce":
                 return nn.functional.binary_cross_entropy_with_logits(logits, truth_val)
-            return losses.pu_risk(logits[s_val == 1], logits, self.prior).unbiased
+            return losses.pu_risk(logits[s_val == 1], logits[s_val == 0], self.prior).unbiased
 
         return objective
 
