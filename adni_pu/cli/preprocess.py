@@ -1,0 +1,70 @@
+"""``adni-pu preprocess`` and ``adni-pu qc``: thin wrappers around adni_pu.preprocessing.
+
+Nothing heavy is imported at module level so ``adni-pu --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``preprocess`` and ``qc`` commands to ``app``."""
+
+    @app.command("preprocess")
+    def preprocess(
+        input: Path = typer.Argument(
+            ..., help="BIDS folder, folder of NIfTI files or DICOM series, CSV "
+            "(subject, session, path), or one NIfTI file."),
+        output: Path = typer.Argument(..., help="Output folder (layout: docs/interfaces.md)."),
+        config: Path | None = typer.Option(None, "--config", help="Settings TOML file."),
+        workers: int | None = typer.Option(None, "--workers", help="Parallel scans (processes)."),
+        threads: int | None = typer.Option(None, "--threads", help="Threads per worker."),
+        shard: str | None = typer.Option(None, "--shard", help="Process share i/N of the scans."),
+        dask_scheduler: str | None = typer.Option(
+            None, "--dask-scheduler", help="Dask distributed scheduler address (tcp://host:port)."),
+        set_: list[str] = typer.Option(
+            [], "--set", help="Override a setting, e.g. --set skullstrip.method=template."),
+        no_progress: bool = typer.Option(False, "--no-progress", help="Hide the progress bar."),
+    ) -> None:
+        """Preprocess T1 scans: N4, skull strip, MNI registration, cerebellum removal, QC."""
+        from adni_pu.config import ConfigError
+        from adni_pu.preprocessing import ScanError, load_config, run_preprocessing
+
+        try:
+            cfg = load_config(config, list(set_))
+            summary = run_preprocessing(
+                input, output, cfg, workers=workers, threads_per_worker=threads, shard=shard,
+                dask_scheduler=dask_scheduler, progress=False if no_progress else None)
+        except (ConfigError, ScanError, ValueError) as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from exc
+        counts = summary["status"].value_counts().to_dict()
+        typer.echo(f"{len(summary)} scans: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
+        for row in summary.itertuples():
+            if row.status in ("failed", "failed-qc"):
+                typer.echo(f"  {row.status}: sub-{row.subject_id} ses-{row.session_id}: {row.error}")
+        typer.echo(f"summary: {output / 'summary.csv'}")
+        if counts.get("failed", 0) or counts.get("failed-qc", 0):
+            raise typer.Exit(1)
+
+    @app.command("qc")
+    def qc(
+        output: Path = typer.Argument(..., help="A folder written by adni-pu preprocess."),
+        out_png: Path | None = typer.Option(None, "--out", help="Contact sheet PNG path."),
+        z_threshold: float = typer.Option(3.5, "--z", help="Robust z-score that marks an outlier."),
+    ) -> None:
+        """Contact sheet of all QC pictures, outliers first; prints the outliers."""
+        from adni_pu.preprocessing import contact_sheet
+
+        try:
+            png, outliers = contact_sheet(output, out_png, z_threshold)
+        except FileNotFoundError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from exc
+        typer.echo(f"contact sheet: {png}")
+        typer.echo(f"{len(outliers)} outlier(s)")
+        for r in outliers:
+            typer.echo(f"  {r.get('scan_label')} [{r.get('status')}]: {r['outlier_reason']}")

@@ -1,0 +1,185 @@
+"""Settings of the T1 preprocessing pipeline (one typed object, saved with each run).
+
+Every step has its own table so a TOML file or ``--set step.key=value`` can change one
+step without touching the others. The *processing* settings (everything but ``runner``)
+are hashed into each scan's sidecar: a rerun skips a scan whose sidecar carries the same
+hash, and redoes it when any setting that changes the result has changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from adni_pu import config as _config
+
+#: Bumped when the pipeline's code changes what it writes, so old outputs are redone.
+PIPELINE_VERSION = "1"
+
+
+@dataclass
+class N4Settings:
+    """N4 bias-field correction (SimpleITK), fitted on a shrunk copy for speed."""
+
+    enabled: bool = True
+    shrink_factor: int = 4
+    iterations: tuple[int, ...] = (50, 50, 30)
+    convergence_threshold: float = 1e-3
+    control_points: int = 4
+
+    def __post_init__(self) -> None:
+        if self.shrink_factor < 1:
+            raise ValueError(f"n4.shrink_factor must be >= 1, found {self.shrink_factor}")
+        if not self.iterations or any(i < 1 for i in self.iterations):
+            raise ValueError(f"n4.iterations must be positive, found {self.iterations}")
+        if self.control_points < 4:
+            raise ValueError(f"n4.control_points must be >= 4, found {self.control_points}")
+
+
+@dataclass
+class SkullStripSettings:
+    """Brain extraction: ``deepbet`` (bundled CNN weights) or ``template`` (atlas mask)."""
+
+    method: Literal["deepbet", "template"] = "deepbet"
+    threshold: float = 0.5
+    n_dilate: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.threshold < 1.0:
+            raise ValueError(f"skullstrip.threshold must be in (0, 1), found {self.threshold}")
+
+
+@dataclass
+class RegistrationSettings:
+    """Registration of the skull-stripped scan to the MNI152 template with ANTs."""
+
+    transform: Literal["affine", "syn"] = "affine"
+    resolution_mm: float = 2.0
+    metric: Literal["mattes", "GC", "meansquares"] = "mattes"
+    iterations: tuple[int, ...] = (100, 50, 20)
+    shrink_factors: tuple[int, ...] = (4, 2, 1)
+    smoothing_sigmas: tuple[float, ...] = (2.0, 1.0, 0.0)
+    syn_iterations: tuple[int, ...] = (40, 20, 0)
+    random_seed: int = 1
+
+    def __post_init__(self) -> None:
+        n = len(self.iterations)
+        if len(self.shrink_factors) != n or len(self.smoothing_sigmas) != n:
+            raise ValueError(
+                "registration.iterations, shrink_factors and smoothing_sigmas must have the "
+                f"same length, found {n}, {len(self.shrink_factors)}, {len(self.smoothing_sigmas)}"
+            )
+        if not 0.5 <= self.resolution_mm <= 8.0:
+            raise ValueError(
+                f"registration.resolution_mm must be in [0.5, 8], found {self.resolution_mm}"
+            )
+
+
+@dataclass
+class CerebellumSettings:
+    """Cerebellum removal with AAL regions defined in template space."""
+
+    enabled: bool = True
+    regions: tuple[str, ...] = ("Cerebelum_*", "Vermis_*")
+    dilate_mm: float = 2.0
+
+
+@dataclass
+class IntensitySettings:
+    """Intensity normalisation inside the brain (background stays exactly 0)."""
+
+    method: Literal["percentile", "zscore", "none"] = "percentile"
+    low_percentile: float = 0.5
+    high_percentile: float = 99.5
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.low_percentile < self.high_percentile <= 100.0:
+            raise ValueError(
+                "intensity percentiles must satisfy 0 <= low < high <= 100, found "
+                f"{self.low_percentile}, {self.high_percentile}"
+            )
+
+
+@dataclass
+class GridSettings:
+    """The model grid in MNI space (default: the paper's 121 x 145 x 121 at 1.5 mm)."""
+
+    spacing_mm: float = 1.5
+    shape: tuple[int, int, int] = (121, 145, 121)
+    interpolation: Literal["linear", "bspline"] = "linear"
+
+
+@dataclass
+class QCSettings:
+    """Checks that refuse a result (status ``failed-qc``) instead of writing it as good."""
+
+    min_brain_ml: float = 700.0
+    max_brain_ml: float = 2500.0
+    max_brain_fraction_of_head: float = 0.85
+    min_registration_similarity: float = 0.5
+    picture_dpi: int = 80
+
+
+@dataclass
+class ValidationSettings:
+    """What a readable, plausible T1 scan looks like."""
+
+    min_voxels_per_axis: int = 16
+    max_voxels_per_axis: int = 1024
+    min_spacing_mm: float = 0.2
+    max_spacing_mm: float = 8.0
+    min_extent_mm: float = 60.0
+    max_extent_mm: float = 600.0
+
+
+@dataclass
+class RunnerSettings:
+    """How scans are spread over processes (not part of the settings hash)."""
+
+    workers: int = 1
+    threads_per_worker: int = 1
+    shard: str = ""
+    dask_scheduler: str = ""
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.workers < 1 or self.threads_per_worker < 1:
+            raise ValueError(
+                f"runner.workers and threads_per_worker must be >= 1, found "
+                f"{self.workers}, {self.threads_per_worker}"
+            )
+
+
+@dataclass
+class PreprocessConfig:
+    """All settings of ``adni-pu preprocess``."""
+
+    reorient: bool = True
+    validation: ValidationSettings = field(default_factory=ValidationSettings)
+    n4: N4Settings = field(default_factory=N4Settings)
+    skullstrip: SkullStripSettings = field(default_factory=SkullStripSettings)
+    registration: RegistrationSettings = field(default_factory=RegistrationSettings)
+    cerebellum: CerebellumSettings = field(default_factory=CerebellumSettings)
+    intensity: IntensitySettings = field(default_factory=IntensitySettings)
+    grid: GridSettings = field(default_factory=GridSettings)
+    qc: QCSettings = field(default_factory=QCSettings)
+    runner: RunnerSettings = field(default_factory=RunnerSettings)
+
+
+def settings_hash(cfg: PreprocessConfig) -> str:
+    """Short hash of every setting that changes a scan's outputs (runner settings excluded)."""
+    data = _config.to_dict(cfg)
+    data.pop("runner", None)
+    data["pipeline_version"] = PIPELINE_VERSION
+    text = json.dumps(data, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def load_config(
+    path: str | Path | None = None, overrides: list[str] | None = None
+) -> PreprocessConfig:
+    """Settings from an optional TOML file plus ``key=value`` overrides."""
+    return _config.load(PreprocessConfig, path, overrides)

@@ -1,0 +1,400 @@
+"""Input discovery, reading and validation of T1 scans, and atomic output writing.
+
+Discovery turns what a user has (a BIDS dataset, a folder of NIfTI files, a CSV of
+subject/session/path, DICOM series folders, a single file, or a Python list) into a
+list of :class:`Scan`. Reading returns a float32 volume with its voxel-to-RAS affine and
+refuses, with a message naming the file, what was expected and what was found, anything
+that is not a plausible 3D T1 scan.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import os
+import re
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .config import ValidationSettings
+
+NIFTI_SUFFIXES = (".nii", ".nii.gz")
+
+
+class ScanError(ValueError):
+    """A scan that cannot be read or is not a plausible T1 volume."""
+
+
+@dataclass(frozen=True)
+class Scan:
+    """One input scan: who, which visit, and where it lives (a file or a DICOM folder)."""
+
+    subject_id: str
+    session_id: str
+    path: Path
+
+    @property
+    def label(self) -> str:
+        """BIDS-style prefix of every output file of this scan."""
+        return f"sub-{bids_label(self.subject_id)}_ses-{bids_label(self.session_id)}"
+
+    def out_dir(self, output: Path) -> Path:
+        """Folder of this scan's outputs under ``output``."""
+        return (
+            Path(output)
+            / f"sub-{bids_label(self.subject_id)}"
+            / f"ses-{bids_label(self.session_id)}"
+        )
+
+
+DEFAULT_SESSION = "01"
+
+
+def bids_label(text: str) -> str:
+    """``text`` with everything but letters and digits removed (BIDS labels are alphanumeric)."""
+    label = re.sub(r"[^A-Za-z0-9]", "", str(text))
+    if not label:
+        raise ScanError(f"identifier {text!r} has no letters or digits to name files with")
+    return label
+
+
+def _is_nifti(path: Path) -> bool:
+    return path.is_file() and path.name.lower().endswith(NIFTI_SUFFIXES)
+
+
+def _stem(path: Path) -> str:
+    name = path.name
+    for suffix in (".nii.gz", ".nii"):
+        if name.lower().endswith(suffix):
+            return name[: -len(suffix)]
+    return path.stem
+
+
+def _bids_entity(name: str, key: str) -> str | None:
+    match = re.search(rf"(?:^|_){key}-([A-Za-z0-9]+)", name)
+    return match.group(1) if match else None
+
+
+def _discover_bids(root: Path) -> list[Scan]:
+    scans = []
+    patterns = ("sub-*/anat/*_T1w.nii*", "sub-*/ses-*/anat/*_T1w.nii*")
+    for pattern in patterns:
+        for path in sorted(root.glob(pattern)):
+            if not path.name.lower().endswith(NIFTI_SUFFIXES):
+                continue
+            subject = _bids_entity(path.name, "sub") or path.parts[-3].removeprefix("sub-")
+            session = _bids_entity(path.name, "ses") or DEFAULT_SESSION
+            run = _bids_entity(path.name, "run")
+            if run is not None:
+                session = f"{session}run{run}"
+            scans.append(Scan(subject, session, path))
+    return scans
+
+
+def _looks_like_dicom(path: Path) -> bool:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(128)
+            return handle.read(4) == b"DICM"
+    except OSError:
+        return False
+
+
+def _dicom_dirs(root: Path) -> list[Path]:
+    found = []
+    for folder, _dirs, files in os.walk(root):
+        files = [f for f in files if not f.startswith(".")]
+        if any(_looks_like_dicom(Path(folder) / f) for f in files[:5]):
+            found.append(Path(folder))
+    return sorted(found)
+
+
+def read_scan_list_csv(path: Path) -> list[Scan]:
+    """Scans from a CSV with columns subject(_id), session(_id) (optional) and path.
+
+    Relative paths are taken relative to the CSV's folder.
+    """
+    with open(path, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    if not rows:
+        raise ScanError(f"{path}: expected a CSV with a header and one row per scan, found none")
+    cols = {c.lower().strip(): c for c in rows[0]}
+    subj = cols.get("subject_id") or cols.get("subject")
+    sess = cols.get("session_id") or cols.get("session")
+    pcol = cols.get("path") or cols.get("input_path")
+    if subj is None or pcol is None:
+        raise ScanError(
+            f"{path}: expected columns subject (or subject_id), session (optional) and path, "
+            f"found {list(rows[0])}"
+        )
+    scans = []
+    for row in rows:
+        p = Path(row[pcol].strip())
+        if not p.is_absolute():
+            p = path.parent / p
+        session = (row.get(sess) or "").strip() if sess else ""
+        scans.append(Scan(row[subj].strip(), session or DEFAULT_SESSION, p))
+    return scans
+
+
+def discover_scans(source: str | Path | Sequence[Scan | str | Path]) -> list[Scan]:
+    """Every scan in ``source``: a BIDS folder, a NIfTI folder, a CSV, DICOM folders, or a list.
+
+    In a plain folder, each ``*.nii[.gz]`` file is a scan whose subject is the file name
+    (without extension), and each folder holding DICOM files is a series whose subject is
+    its first folder below ``source`` (session: its last folder, when deeper).
+    """
+    if not isinstance(source, (str, Path)):
+        scans = []
+        for item in source:
+            if isinstance(item, Scan):
+                scans.append(item)
+            else:
+                p = Path(item)
+                scans.append(Scan(_stem(p), DEFAULT_SESSION, p))
+        return _check_unique(scans)
+    root = Path(source)
+    if not root.exists():
+        raise ScanError(f"{root}: input not found (expected a folder, a CSV or a NIfTI file)")
+    if root.is_file():
+        if root.suffix.lower() == ".csv":
+            return _check_unique(read_scan_list_csv(root))
+        return [Scan(_stem(root), DEFAULT_SESSION, root)]
+    if any(root.glob("sub-*")):
+        scans = _discover_bids(root)
+    else:
+        scans = []
+        for path in sorted(root.iterdir()):
+            if path.is_file() and path.name.lower().endswith(NIFTI_SUFFIXES):
+                scans.append(Scan(_stem(path), DEFAULT_SESSION, path))
+        for folder in _dicom_dirs(root):
+            rel = folder.relative_to(root).parts
+            if not rel:
+                scans.append(Scan(root.name, DEFAULT_SESSION, folder))
+            else:
+                session = rel[-1] if len(rel) > 1 else DEFAULT_SESSION
+                scans.append(Scan(rel[0], session, folder))
+    if not scans:
+        raise ScanError(
+            f"{root}: found no scans (expected BIDS sub-*/[ses-*/]anat/*_T1w.nii[.gz], "
+            "*.nii[.gz] files, or DICOM series folders)"
+        )
+    return _check_unique(scans)
+
+
+def _check_unique(scans: list[Scan]) -> list[Scan]:
+    seen: dict[str, Path] = {}
+    for scan in scans:
+        key = scan.label
+        if key in seen:
+            raise ScanError(
+                f"two scans map to the same output {key}: {seen[key]} and {scan.path}; "
+                "give them distinct subject/session ids (e.g. with a CSV)"
+            )
+        seen[key] = scan.path
+    return scans
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+def _read_dicom(folder: Path) -> tuple[np.ndarray, np.ndarray]:
+    import SimpleITK as sitk
+
+    reader = sitk.ImageSeriesReader()
+    ids = reader.GetGDCMSeriesIDs(str(folder))
+    if not ids:
+        raise ScanError(f"{folder}: expected a DICOM series, found no readable DICOM files")
+    if len(ids) > 1:
+        raise ScanError(
+            f"{folder}: expected one DICOM series per folder, found {len(ids)}; "
+            "put each series in its own folder"
+        )
+    files = reader.GetGDCMSeriesFileNames(str(folder), ids[0])
+    reader.SetFileNames(files)
+    image = reader.Execute()
+    return sitk_to_array_affine(image)
+
+
+def sitk_to_array_affine(image) -> tuple[np.ndarray, np.ndarray]:
+    """A SimpleITK image as (x, y, z) array and voxel-to-RAS affine."""
+    import SimpleITK as sitk
+
+    data = sitk.GetArrayFromImage(image)
+    data = np.transpose(data, tuple(range(data.ndim))[::-1])
+    dim = image.GetDimension()
+    direction = np.asarray(image.GetDirection()).reshape(dim, dim)
+    spacing = np.asarray(image.GetSpacing())
+    origin = np.asarray(image.GetOrigin())
+    affine = np.eye(4)
+    lps_to_ras = np.diag([-1.0, -1.0, 1.0])
+    affine[:3, :3] = lps_to_ras @ (direction[:3, :3] * spacing[:3])
+    affine[:3, 3] = lps_to_ras @ origin[:3]
+    return data, affine
+
+
+def read_volume(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
+    """Raw (array, affine) of a NIfTI file or DICOM series folder, without validation."""
+    import nibabel as nib
+
+    path = Path(path)
+    if not path.exists():
+        raise ScanError(f"{path}: file not found (expected a NIfTI file or a DICOM folder)")
+    if path.is_dir():
+        try:
+            return _read_dicom(path)
+        except ScanError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - name the folder and the cause
+            raise ScanError(f"{path}: cannot read DICOM series ({exc})") from exc
+    try:
+        img = nib.load(str(path))
+        if not isinstance(img, (nib.Nifti1Image, nib.Nifti2Image)):
+            raise ScanError(
+                f"{path}: expected a NIfTI-1/2 image, found {type(img).__name__}"
+            )
+        data = np.asarray(img.dataobj, dtype=np.float32)
+        affine = np.asarray(img.affine, dtype=np.float64)
+    except ScanError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - truncated gzip, wrong magic, ...
+        raise ScanError(
+            f"{path}: cannot read as NIfTI (expected a complete .nii/.nii.gz file; "
+            f"found {type(exc).__name__}: {exc})"
+        ) from exc
+    return data, affine
+
+
+def validate_volume(
+    data: np.ndarray, affine: np.ndarray, path: str | Path, rules: ValidationSettings
+) -> np.ndarray:
+    """The checked 3D volume (a singleton 4th axis dropped), or :class:`ScanError`."""
+    if data.ndim == 4 and data.shape[3] == 1:
+        data = data[..., 0]
+    if data.ndim != 3:
+        raise ScanError(
+            f"{path}: expected a 3D volume (or 4D with one volume), found shape {data.shape}"
+        )
+    small = [n for n in data.shape if n < rules.min_voxels_per_axis]
+    big = [n for n in data.shape if n > rules.max_voxels_per_axis]
+    if small or big:
+        raise ScanError(
+            f"{path}: expected {rules.min_voxels_per_axis}-{rules.max_voxels_per_axis} voxels "
+            f"per axis, found shape {data.shape}"
+        )
+    if not np.all(np.isfinite(affine)) or abs(np.linalg.det(affine[:3, :3])) < 1e-9:
+        raise ScanError(f"{path}: expected an invertible voxel-to-world affine, found {affine}")
+    spacing = np.sqrt((affine[:3, :3] ** 2).sum(axis=0))
+    if np.any(spacing < rules.min_spacing_mm) or np.any(spacing > rules.max_spacing_mm):
+        raise ScanError(
+            f"{path}: expected voxel spacing in [{rules.min_spacing_mm}, "
+            f"{rules.max_spacing_mm}] mm, found {tuple(round(float(s), 3) for s in spacing)}"
+        )
+    extent = spacing * np.asarray(data.shape)
+    if np.any(extent < rules.min_extent_mm) or np.any(extent > rules.max_extent_mm):
+        raise ScanError(
+            f"{path}: expected a field of view of {rules.min_extent_mm}-{rules.max_extent_mm} mm "
+            f"per axis (a head), found {tuple(round(float(e)) for e in extent)} mm"
+        )
+    finite = np.isfinite(data)
+    if not finite.all():
+        raise ScanError(
+            f"{path}: expected finite intensities, found {int((~finite).sum())} NaN/inf voxels"
+        )
+    lo, hi = float(data.min()), float(data.max())
+    if hi - lo <= 0:
+        raise ScanError(f"{path}: expected an image, found a constant volume (all {lo})")
+    return data
+
+
+def load_scan(
+    path: str | Path, rules: ValidationSettings | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Read and validate a scan: (3D float32 array, voxel-to-RAS affine)."""
+    data, affine = read_volume(path)
+    return validate_volume(data, affine, path, rules or ValidationSettings()), affine
+
+
+# ----------------------------------------------------------------------------- orientation
+
+
+def to_canonical(data: np.ndarray, affine: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Reorient voxel axes to the closest RAS+ order (pure permutation/flip, no resampling)."""
+    import nibabel as nib
+
+    img = nib.as_closest_canonical(nib.Nifti1Image(data, affine))
+    return np.asarray(img.dataobj), img.affine
+
+
+def from_canonical(
+    data: np.ndarray, canonical_affine: np.ndarray, native_affine: np.ndarray
+) -> np.ndarray:
+    """Undo :func:`to_canonical`: put an array on the canonical grid back onto the native grid."""
+    import nibabel as nib
+
+    ornt_native = nib.io_orientation(native_affine)
+    ornt_canon = nib.io_orientation(canonical_affine)
+    transform = nib.orientations.ornt_transform(ornt_canon, ornt_native)
+    return nib.orientations.apply_orientation(data, transform)
+
+
+# ----------------------------------------------------------------------------- writing
+
+
+def nifti_bytes(
+    data: np.ndarray, affine: np.ndarray, dtype: type | str = np.float32, mni: bool = False
+) -> bytes:
+    """A gzip-compressed NIfTI-1 file in memory (so writing can be all-or-nothing).
+
+    ``mni`` marks the sform as MNI152 space (code 4) instead of scanner space (code 1).
+    """
+    import nibabel as nib
+
+    img = nib.Nifti1Image(np.asarray(data).astype(dtype), affine)
+    img.header.set_data_dtype(dtype)
+    img.set_qform(affine, code=1)
+    img.set_sform(affine, code=4 if mni else 1)
+    return gzip.compress(img.to_bytes(), compresslevel=4)
+
+
+def write_file_atomic(path: Path, data: bytes) -> Path:
+    """Write ``data`` to a temporary file beside ``path`` and return the temporary path.
+
+    The caller renames it into place (see :func:`write_outputs`). Tests replace this
+    function to simulate a full disk or a permission error.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return Path(tmp)
+
+
+def write_outputs(files: dict[Path, bytes], last: Iterable[Path] = ()) -> None:
+    """Write every file to a temporary name first, then rename all into place.
+
+    Files in ``last`` (the sidecar, the marker of a finished scan) are renamed after the
+    rest. If any write fails (full disk, no permission) every temporary file is removed
+    and nothing is renamed, so no half-written output is left behind.
+    """
+    last = [Path(p) for p in last]
+    order = [p for p in files if p not in last] + [p for p in last if p in files]
+    temps: dict[Path, Path] = {}
+    try:
+        for path in order:
+            temps[path] = write_file_atomic(path, files[path])
+    except BaseException:
+        for tmp in temps.values():
+            tmp.unlink(missing_ok=True)
+        raise
+    for path in order:
+        os.replace(temps[path], path)

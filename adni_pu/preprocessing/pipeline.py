@@ -1,0 +1,333 @@
+"""One scan from raw T1 to the model input: :func:`preprocess_scan`.
+
+Steps (each in its own module and switchable in :class:`PreprocessConfig`): read and
+validate -> reorient to RAS -> N4 -> skull strip -> register to MNI152 -> cerebellum
+mask (AAL, template space) -> resample to the model grid, remove the cerebellum,
+normalise intensities -> QC metrics, checks and picture -> write all outputs at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import functools
+import json
+import os
+import time
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+
+from . import io as pio
+from .config import PreprocessConfig, settings_hash
+from .io import Scan
+
+#: Output kinds and their file name suffixes (after ``sub-X_ses-Y_``); see docs/interfaces.md.
+OUTPUT_SUFFIXES: dict[str, str] = {
+    "preproc": "T1w_preproc.nii.gz",
+    "brainmask_template": "brainmask_template.nii.gz",
+    "brainmask_native": "brainmask_native.nii.gz",
+    "cerebellum_template": "cerebellum_template.nii.gz",
+    "cerebellum_native": "cerebellum_native.nii.gz",
+    "affine": "affine.mat",
+    "warp": "warp.nii.gz",
+    "qc": "qc.png",
+    "sidecar": "sidecar.json",
+}
+
+
+def output_paths(scan: Scan, output: str | Path) -> dict[str, Path]:
+    """Where each output of ``scan`` goes under ``output``."""
+    folder = scan.out_dir(Path(output))
+    return {k: folder / f"{scan.label}_{v}" for k, v in OUTPUT_SUFFIXES.items()}
+
+
+def configure_threads(threads: int) -> None:
+    """Limit ITK (SimpleITK and ANTs), BLAS and torch to ``threads`` threads in this process.
+
+    torch is only configured here if it is already imported; otherwise the skull
+    stripping step applies ``ADNI_PU_THREADS`` when it imports torch, so workers that
+    never need torch do not pay for importing it.
+    """
+    import sys
+
+    for var in ("ITK_GLOBAL_DEFAULT_NUMBER_OF_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                "OPENBLAS_NUM_THREADS", "ADNI_PU_THREADS"):
+        os.environ[var] = str(threads)
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(threads)
+    import SimpleITK as sitk
+
+    sitk.ProcessObject.SetGlobalDefaultNumberOfThreads(threads)
+
+
+def is_done(scan: Scan, output: str | Path, config_hash: str) -> bool:
+    """Whether ``scan`` already has complete outputs made with the same settings."""
+    paths = output_paths(scan, output)
+    try:
+        side = json.loads(paths["sidecar"].read_text())
+    except (OSError, json.JSONDecodeError):
+        return False
+    if side.get("status") != "done" or side.get("settings_hash") != config_hash:
+        return False
+    if str(side.get("input_path")) != str(scan.path):
+        return False
+    return all((paths["sidecar"].parent / name).is_file() for name in side.get("outputs", {}).values())
+
+
+@contextmanager
+def _timed(timings: dict[str, float], step: str) -> Iterator[None]:
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        timings[step] = round(time.perf_counter() - start, 3)
+
+
+@functools.lru_cache(maxsize=4)
+def _template_outline(spacing: float, shape: tuple[int, int, int]) -> np.ndarray:
+    from adni_pu import atlas
+
+    from .registration import template_brain_mask
+
+    img = atlas.load_template("t1")
+    data = atlas.resample_to(img, atlas.model_grid_affine(spacing, shape), shape, order=1)
+    return template_brain_mask(data)
+
+
+def _as_scan(scan: Scan | str | Path) -> Scan:
+    if isinstance(scan, Scan):
+        return scan
+    return pio.discover_scans([scan])[0]
+
+
+def _row(scan: Scan, status: str, seconds: float, error: str = "", preproc: str = "") -> dict:
+    return {
+        "subject_id": scan.subject_id,
+        "session_id": scan.session_id,
+        "input_path": str(scan.path),
+        "status": status,
+        "preprocessed_path": preproc,
+        "error": error,
+        "seconds": round(seconds, 2),
+    }
+
+
+def preprocess_scan(
+    scan: Scan | str | Path,
+    output: str | Path,
+    config: PreprocessConfig | None = None,
+    *,
+    skip_existing: bool = True,
+) -> dict:
+    """Preprocess one scan into ``output`` (layout of docs/interfaces.md); never raises.
+
+    Returns the scan's summary row: ``subject_id, session_id, input_path, status,
+    preprocessed_path, error, seconds`` with status ``done``, ``skipped``, ``failed``
+    (an error, named in ``error``) or ``failed-qc`` (a QC check refused the result: the
+    preprocessed volume is not written, the QC picture and sidecar are).
+    """
+    config = config or PreprocessConfig()
+    output = Path(output)
+    start = time.perf_counter()
+    try:
+        scan = _as_scan(scan)
+    except Exception as exc:  # noqa: BLE001 - a bad identifier is this scan's failure
+        bad = Scan(str(scan), "", Path(str(scan)))
+        return _row(bad, "failed", time.perf_counter() - start, f"{exc}")
+    chash = settings_hash(config)
+    paths = output_paths(scan, output)
+    if skip_existing and is_done(scan, output, chash):
+        return _row(scan, "skipped", time.perf_counter() - start,
+                    preproc=str(paths["preproc"]))
+    timings: dict[str, float] = {}
+    cpu_start = time.process_time()
+    try:
+        files, status, problems, extra = _run_steps(scan, paths, config, timings)
+    except Exception as exc:  # noqa: BLE001 - one scan's failure must not stop the run
+        error = (f"{exc}" if isinstance(exc, pio.ScanError)
+                 else f"{scan.path}: {type(exc).__name__}: {exc}")
+        seconds = time.perf_counter() - start
+        side = _sidecar_base(scan, config, chash, timings)
+        side.update(status="failed", error=error, seconds_total=round(seconds, 2),
+                    traceback=traceback.format_exc(limit=6))
+        # best effort: if the disk is full the summary row still says why
+        with contextlib.suppress(Exception):
+            _remove_stale(paths, keep=())
+            text = json.dumps(side, indent=2, default=_json_default)
+            pio.write_outputs({paths["sidecar"]: text.encode()})
+        return _row(scan, "failed", seconds, error)
+    seconds = time.perf_counter() - start
+    side = _sidecar_base(scan, config, chash, timings)
+    side.update(extra)
+    side.update(settings_hash=chash, status=status, error="; ".join(problems),
+                qc_problems=problems, timings_s=timings, seconds_total=round(seconds, 2),
+                cpu_seconds=round(time.process_time() - cpu_start, 2))
+    side["outputs"] = {k: p.name for k, p in paths.items() if p in files or k == "sidecar"}
+    files[paths["sidecar"]] = json.dumps(side, indent=2, default=_json_default).encode()
+    try:
+        _remove_stale(paths, keep=tuple(files))
+        pio.write_outputs(files, last=[paths["sidecar"]])
+    except Exception as exc:  # noqa: BLE001 - full disk, permission denied, ...
+        with contextlib.suppress(OSError):  # an older sidecar must not vouch for this scan
+            paths["sidecar"].unlink(missing_ok=True)
+        error = f"{paths['sidecar'].parent}: cannot write outputs ({type(exc).__name__}: {exc})"
+        return _row(scan, "failed", time.perf_counter() - start, error)
+    preproc = str(paths["preproc"]) if status == "done" else ""
+    return _row(scan, status, seconds, "; ".join(problems), preproc)
+
+
+def _json_default(obj: object) -> object:
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, (np.floating, np.integer)):
+        return obj.item()
+    return str(obj)
+
+
+def _remove_stale(paths: dict[str, Path], keep: tuple[Path, ...]) -> None:
+    """Delete earlier outputs of this scan that this run does not rewrite."""
+    for p in paths.values():
+        if p not in keep and p.exists():
+            p.unlink()
+
+
+def _sidecar_base(scan: Scan, config: PreprocessConfig, chash: str, timings: dict) -> dict:
+    from adni_pu import config as cfgmod
+    from adni_pu.provenance import package_versions
+
+    return {
+        "scan_label": scan.label,
+        "subject_id": scan.subject_id,
+        "session_id": scan.session_id,
+        "input_path": str(scan.path),
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "settings_hash": chash,
+        "settings": {k: v for k, v in cfgmod.to_dict(config).items() if k != "runner"},
+        "versions": package_versions(),
+        "timings_s": timings,
+    }
+
+
+def _run_steps(scan: Scan, paths: dict[str, Path], config: PreprocessConfig,
+               timings: dict[str, float]) -> tuple[dict[Path, bytes], str, list[str], dict]:
+    import nibabel as nib
+
+    from adni_pu import atlas
+
+    from . import registration as R
+    from .cerebellum import cerebellum_mask_cached as cerebellum_mask
+    from .intensity import normalise
+    from .n4 import head_mask, n4_correct
+    from .qc import qc_checks, qc_picture
+    from .skullstrip import skull_strip
+
+    with _timed(timings, "read"):
+        raw, native_affine = pio.load_scan(scan.path, config.validation)
+    with _timed(timings, "reorient"):
+        if config.reorient:
+            data, affine = pio.to_canonical(raw, native_affine)
+        else:
+            data, affine = raw, native_affine
+        data = np.asarray(data, dtype=np.float32)
+    spacing = tuple(float(s) for s in np.sqrt((affine[:3, :3] ** 2).sum(axis=0)))
+    voxel_ml = float(np.prod(spacing)) / 1000.0
+    with _timed(timings, "n4"):
+        head = head_mask(data)
+        if config.n4.enabled:
+            corrected, field = n4_correct(data, spacing, config.n4, mask=head)
+        else:
+            corrected, field = data, np.ones_like(data)
+    with _timed(timings, "skullstrip"):
+        brain = skull_strip(corrected, affine, config.skullstrip, config.registration)
+    metrics: dict[str, float] = {
+        "brain_volume_ml": round(float(brain.sum()) * voxel_ml, 1),
+        "head_volume_ml": round(float(head.sum()) * voxel_ml, 1),
+    }
+    metrics["brain_fraction_of_head"] = round(
+        metrics["brain_volume_ml"] / max(metrics["head_volume_ml"], 1e-9), 4)
+    side: dict = {}
+    side["input"] = {
+        "shape": list(raw.shape), "spacing_mm": [round(s, 4) for s in spacing],
+        "orientation": "".join(nib.aff2axcodes(native_affine)),
+    }
+    problems = qc_checks(metrics, config.qc)
+    if problems:  # an empty or implausible mask: do not register garbage
+        side["qc"] = metrics
+        png = qc_picture(corrected, brain, np.zeros_like(brain), None, None,
+                         f"{scan.label}  FAILED QC: {'; '.join(problems)}", config.qc, spacing)
+        return {paths["qc"]: png}, "failed-qc", problems, side
+
+    with _timed(timings, "registration"):
+        reg = R.register_to_template(corrected, affine, config.registration, mask=brain)
+    try:
+        grid_shape = tuple(int(n) for n in config.grid.shape)
+        grid = atlas.model_grid_affine(config.grid.spacing_mm, grid_shape)
+        with _timed(timings, "cerebellum"):
+            cer_t = (cerebellum_mask(grid, grid_shape, config.cerebellum)
+                     if config.cerebellum.enabled else np.zeros(grid_shape, bool))
+            if config.cerebellum.enabled:
+                t1 = atlas.load_template("t1")
+                cer_1mm = cerebellum_mask(t1.affine, t1.shape[:3], config.cerebellum)
+                cer_n = R.warp_to_native(cer_1mm.astype(np.float32), t1.affine, reg, affine,
+                                         data.shape, "linear") > 0.5
+                cer_n &= brain
+            else:
+                cer_n = np.zeros_like(brain)
+        with _timed(timings, "resample"):
+            brain_t = R.warp_to_template(brain.astype(np.float32), affine, reg, grid,
+                                         grid_shape, "linear") > 0.5
+            interp = "linear" if config.grid.interpolation == "linear" else "bSpline"
+            vol = R.warp_to_template(np.where(brain, corrected, 0), affine, reg, grid,
+                                     grid_shape, interp)
+        with _timed(timings, "intensity"):
+            keep = brain_t & ~cer_t
+            pre = normalise(vol, keep, config.intensity)
+        similarity = reg.similarity
+        template_to_native = reg.template_to_native
+        reg_files = dict(reg.files)
+    finally:
+        R.cleanup(reg)
+
+    with _timed(timings, "qc"):
+        in_brain = field[brain]
+        metrics.update(
+            cerebellum_volume_ml=round(float(cer_n.sum()) * voxel_ml, 1),
+            cerebellum_fraction_of_brain=round(float(cer_n.sum()) / max(float(brain.sum()), 1), 4),
+            registration_similarity=round(similarity, 4),
+            template_brain_volume_ml=round(float(brain_t.sum()) * config.grid.spacing_mm**3 / 1000, 1),
+            bias_field_min=round(float(in_brain.min()), 4) if in_brain.size else 1.0,
+            bias_field_max=round(float(in_brain.max()), 4) if in_brain.size else 1.0,
+        )
+        problems = qc_checks(metrics, config.qc)
+        status = "failed-qc" if problems else "done"
+        title = f"{scan.label}  brain {metrics['brain_volume_ml']:.0f} ml  sim {similarity:.2f}"
+        if problems:
+            title += "  FAILED QC: " + "; ".join(problems)
+        png = qc_picture(corrected, brain, cer_n, pre, _template_outline(
+            float(config.grid.spacing_mm), grid_shape), title, config.qc, spacing)
+    side["qc"] = metrics
+    side["transform"] = {
+        "file": paths["affine"].name,
+        "convention": "ANTs/ITK affine (LPS): apply with ants.apply_transforms(fixed=template, "
+                      "moving=native, transformlist=[file]) to bring the native scan to template "
+                      "space; as points it maps template (fixed) mm to native (moving) mm",
+        "template_to_native_ras": np.round(template_to_native, 6).tolist(),
+        "native_to_template_ras": np.round(np.linalg.inv(template_to_native), 6).tolist(),
+        "template": "MNI152 ICBM 2009a symmetric brain (nilearn)",
+    }
+    to_native = functools.partial(pio.from_canonical, canonical_affine=affine,
+                                  native_affine=native_affine)
+    files: dict[Path, bytes] = {paths["qc"]: png, paths["affine"]: reg_files["affine.mat"]}
+    if "warp.nii.gz" in reg_files:
+        files[paths["warp"]] = reg_files["warp.nii.gz"]
+    if status == "done":
+        files[paths["preproc"]] = pio.nifti_bytes(pre, grid, np.float32, mni=True)
+    files[paths["brainmask_template"]] = pio.nifti_bytes(brain_t, grid, np.uint8, mni=True)
+    files[paths["cerebellum_template"]] = pio.nifti_bytes(cer_t, grid, np.uint8, mni=True)
+    files[paths["brainmask_native"]] = pio.nifti_bytes(to_native(brain), native_affine, np.uint8)
+    files[paths["cerebellum_native"]] = pio.nifti_bytes(to_native(cer_n), native_affine, np.uint8)
+    return files, status, problems, side

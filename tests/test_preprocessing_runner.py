@@ -1,0 +1,240 @@
+"""The whole pipeline and the runner: outputs, resume, failure isolation, bad input, pools."""
+
+from __future__ import annotations
+
+import errno
+import json
+from pathlib import Path
+
+import nibabel as nib
+import numpy as np
+import pandas as pd
+import pytest
+
+from adni_pu.preprocessing import (
+    PreprocessConfig,
+    Scan,
+    load_config,
+    output_paths,
+    preprocess_scan,
+    run_preprocessing,
+)
+from adni_pu.preprocessing import pipeline as pipe
+from adni_pu.preprocessing.phantom import synthetic_head
+from adni_pu.preprocessing.runner import SUMMARY_COLUMNS, parse_shard, shard_scans
+
+FAST = [
+    'skullstrip.method="template"',
+    "registration.resolution_mm=4.0",
+    "registration.iterations=[50, 20]",
+    "registration.shrink_factors=[2, 1]",
+    "registration.smoothing_sigmas=[1.0, 0.0]",
+    "grid.spacing_mm=3.0",
+    "grid.shape=[61, 73, 61]",
+]
+
+
+def _dice(a: np.ndarray, b: np.ndarray) -> float:
+    return float(2 * (a & b).sum() / (a.sum() + b.sum()))
+
+
+@pytest.fixture(scope="module")
+def real_run(tmp_path_factory):
+    """Two synthetic heads (one with permuted + flipped voxel axes) and one broken file."""
+    root = tmp_path_factory.mktemp("run")
+    head = synthetic_head(rotation_deg=(4.0, 0.0, -6.0), translation_mm=(3.0, 5.0, -2.0), seed=2)
+    inputs = root / "in"
+    inputs.mkdir()
+    nib.save(nib.Nifti1Image(head.data, head.affine), str(inputs / "headA.nii.gz"))
+    perm = (1, 2, 0)
+    pdata = np.transpose(head.data, perm)[:, ::-1]
+    paff = head.affine[:, list(perm) + [3]].copy()
+    paff[:, 3] += paff[:, 1] * (pdata.shape[1] - 1)
+    paff[:, 1] *= -1
+    nib.save(nib.Nifti1Image(pdata, paff), str(inputs / "headB.nii.gz"))
+    (inputs / "broken.nii.gz").write_bytes(b"\x1f\x8b truncated")
+    out = root / "out"
+    summary = run_preprocessing(inputs, out, load_config(None, FAST), progress=False)
+    return head, inputs, out, summary
+
+
+def test_run_writes_the_documented_layout(real_run) -> None:
+    head, inputs, out, summary = real_run
+    assert list(summary.columns) == SUMMARY_COLUMNS
+    status = dict(zip(summary.subject_id, summary.status))
+    assert status == {"broken": "failed", "headA": "done", "headB": "done"}
+    err = summary.set_index("subject_id").loc["broken", "error"]
+    assert "broken.nii.gz" in err and "expected" in err
+    on_disk = pd.read_csv(out / "summary.csv")
+    assert list(on_disk.status) == list(summary.status)
+    assert (out / "preprocess_config.toml").is_file()
+    paths = output_paths(Scan("headA", "01", inputs / "headA.nii.gz"), out)
+    for key in ("preproc", "brainmask_template", "brainmask_native", "cerebellum_template",
+                "cerebellum_native", "affine", "qc", "sidecar"):
+        assert paths[key].is_file(), key
+    pre = nib.load(str(paths["preproc"]))
+    assert pre.shape == (61, 73, 61)
+    assert np.allclose(pre.affine[:3, :3], np.eye(3) * 3.0)
+    vals = pre.get_fdata()
+    assert vals.min() == 0 and vals.max() <= 1.0 and (vals > 0).mean() > 0.1
+    cer_t = nib.load(str(paths["cerebellum_template"])).get_fdata() > 0
+    assert not (vals[cer_t] > 0).any()  # cerebellum removed in template space
+    side = json.loads(paths["sidecar"].read_text())
+    assert side["status"] == "done" and side["settings_hash"]
+    assert {"n4", "skullstrip", "registration", "cerebellum", "resample", "qc"} <= set(
+        side["timings_s"])
+    assert 1500 < side["qc"]["brain_volume_ml"] < 2300
+    assert side["qc"]["registration_similarity"] > 0.8
+    assert "SimpleITK" in side["versions"] and "antspyx" in side["versions"]
+    assert side["settings"]["skullstrip"]["method"] == "template"
+    native = nib.load(str(paths["brainmask_native"]))
+    assert native.shape == head.data.shape and np.allclose(native.affine, head.affine)
+    brain = native.get_fdata() > 0
+    assert _dice(brain, head.brain) > 0.93
+    cer = nib.load(str(paths["cerebellum_native"])).get_fdata() > 0
+    assert (cer & head.cerebellum).sum() / head.cerebellum.sum() > 0.9
+    assert (cer & head.brain & ~head.cerebellum).sum() / (head.brain & ~head.cerebellum).sum() < 0.04
+
+
+def test_permuted_and_flipped_axes_give_the_same_masks(real_run) -> None:
+    head, inputs, out, _ = real_run
+    masks = {}
+    for name in ("headA", "headB"):
+        p = output_paths(Scan(name, "01", inputs / f"{name}.nii.gz"), out)["brainmask_native"]
+        img = nib.load(str(p))
+        assert img.shape == nib.load(str(inputs / f"{name}.nii.gz")).shape  # the scan's own grid
+        masks[name] = nib.as_closest_canonical(img).get_fdata() > 0
+    assert _dice(masks["headA"], masks["headB"]) > 0.97
+
+
+def test_rerun_skips_done_scans_and_retries_failures(real_run) -> None:
+    _, inputs, out, _ = real_run
+    again = run_preprocessing(inputs, out, load_config(None, FAST + ["runner.workers=3"]),
+                              progress=False)
+    status = dict(zip(again.subject_id, again.status))
+    assert status == {"broken": "failed", "headA": "skipped", "headB": "skipped"}
+
+
+def _fake_steps(calls: list):
+    def fake(scan, paths, config, timings):
+        calls.append(scan.subject_id)
+        timings["read"] = 0.0
+        files = {paths["preproc"]: b"volume", paths["brainmask_native"]: b"mask",
+                 paths["qc"]: b"png"}
+        return files, "done", [], {"qc": {"brain_volume_ml": 1200.0}}
+    return fake
+
+
+def test_changed_settings_redo_the_scan(tmp_path: Path, monkeypatch) -> None:
+    calls: list[str] = []
+    monkeypatch.setattr(pipe, "_run_steps", _fake_steps(calls))
+    scan = Scan("s1", "bl", tmp_path / "in.nii.gz")
+    cfg = PreprocessConfig()
+    assert preprocess_scan(scan, tmp_path / "o", cfg)["status"] == "done"
+    assert preprocess_scan(scan, tmp_path / "o", cfg)["status"] == "skipped"
+    cfg2 = load_config(None, ["n4.shrink_factor=2"])
+    assert preprocess_scan(scan, tmp_path / "o", cfg2)["status"] == "done"
+    # an output deleted by hand means the scan is not done
+    output_paths(scan, tmp_path / "o")["qc"].unlink()
+    assert preprocess_scan(scan, tmp_path / "o", cfg2)["status"] == "done"
+    assert calls == ["s1", "s1", "s1"]
+
+
+@pytest.mark.parametrize("error", [
+    OSError(errno.ENOSPC, "No space left on device"),
+    PermissionError(errno.EACCES, "Permission denied"),
+])
+def test_full_disk_or_no_permission_leaves_no_half_outputs(
+    tmp_path: Path, monkeypatch, error: OSError
+) -> None:
+    import adni_pu.preprocessing.io as pio
+
+    monkeypatch.setattr(pipe, "_run_steps", _fake_steps([]))
+    real = pio.write_file_atomic
+    n = {"calls": 0}
+
+    def failing(path, data):
+        n["calls"] += 1
+        if n["calls"] >= 2:
+            raise error
+        return real(path, data)
+
+    monkeypatch.setattr(pio, "write_file_atomic", failing)
+    scans = [Scan("bad", "1", tmp_path / "a.nii.gz"), Scan("good", "1", tmp_path / "b.nii.gz")]
+    row = preprocess_scan(scans[0], tmp_path / "o", PreprocessConfig())
+    assert row["status"] == "failed"
+    assert error.strerror in row["error"] and "cannot write outputs" in row["error"]
+    folder = scans[0].out_dir(tmp_path / "o")
+    assert not folder.exists() or list(folder.iterdir()) == []
+    monkeypatch.setattr(pio, "write_file_atomic", real)
+    assert preprocess_scan(scans[1], tmp_path / "o", PreprocessConfig())["status"] == "done"
+
+
+@pytest.fixture(scope="module")
+def small_head_file(tmp_path_factory) -> Path:
+    head = synthetic_head(seed=5)
+    path = tmp_path_factory.mktemp("one") / "h.nii.gz"
+    nib.save(nib.Nifti1Image(head.data, head.affine), str(path))
+    return path
+
+
+@pytest.mark.parametrize("mask_kind, expected", [("empty", "empty"), ("everything", "skull")])
+def test_implausible_masks_are_failed_qc_not_written(
+    small_head_file: Path, tmp_path: Path, monkeypatch, mask_kind: str, expected: str
+) -> None:
+    import adni_pu.preprocessing.skullstrip as ss
+
+    def fake_strip(data, affine, settings, reg_settings=None):
+        return np.zeros(data.shape, bool) if mask_kind == "empty" else data > 0
+
+    monkeypatch.setattr(ss, "skull_strip", fake_strip)
+    scan = Scan("h", "1", small_head_file)
+    paths = output_paths(scan, tmp_path)
+    paths["preproc"].parent.mkdir(parents=True)
+    paths["preproc"].write_bytes(b"stale result of an earlier run")
+    row = preprocess_scan(scan, tmp_path, load_config(None, FAST))
+    assert row["status"] == "failed-qc" and expected in row["error"]
+    assert row["preprocessed_path"] == ""
+    assert not paths["preproc"].exists()  # never left as if good
+    side = json.loads(paths["sidecar"].read_text())
+    assert side["status"] == "failed-qc" and paths["qc"].is_file()
+
+
+def test_process_pool_isolates_failures_and_shards(tmp_path: Path) -> None:
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    flat = np.zeros((40, 40), np.float32)
+    nib.save(nib.Nifti1Image(flat, np.eye(4)), str(inputs / "a2d.nii.gz"))
+    d = np.random.default_rng(0).normal(size=(40, 40, 40)).astype(np.float32)
+    d[0, 0, 0] = np.nan
+    nib.save(nib.Nifti1Image(d, np.diag([3.0, 3, 3, 1])), str(inputs / "bnan.nii.gz"))
+    (inputs / "ctext.nii").write_text("not an image")
+    summary = run_preprocessing(inputs, tmp_path / "out", workers=2, progress=False)
+    assert list(summary.subject_id) == ["a2d", "bnan", "ctext"]
+    assert set(summary.status) == {"failed"}
+    assert "3D" in summary.error[0] and "NaN" in summary.error[1] and "NIfTI" in summary.error[2]
+    shard = run_preprocessing(inputs, tmp_path / "out", shard="2/2", progress=False)
+    assert list(shard.subject_id) == ["bnan"]
+    assert (tmp_path / "out/summary_shard-2-of-2.csv").is_file()
+
+
+def test_shard_parsing() -> None:
+    scans = [Scan(str(i), "1", Path(f"{i}.nii")) for i in range(7)]
+    parts = [shard_scans(scans, f"{i}/3") for i in (1, 2, 3)]
+    assert sorted(s.subject_id for p in parts for s in p) == [str(i) for i in range(7)]
+    assert parse_shard("2/10") == (2, 10)
+    for bad in ("0/3", "4/3", "x", "1-3"):
+        with pytest.raises(ValueError, match="shard"):
+            parse_shard(bad)
+
+
+def test_dask_local_cluster_backend(tmp_path: Path, monkeypatch) -> None:
+    distributed = pytest.importorskip("dask.distributed")
+    monkeypatch.setattr(pipe, "_run_steps", _fake_steps([]))
+    scans = [Scan(f"d{i}", "1", tmp_path / f"{i}.nii.gz") for i in range(3)]
+    with distributed.LocalCluster(processes=False, n_workers=1, threads_per_worker=1,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:
+        summary = run_preprocessing(scans, tmp_path / "o", dask_scheduler=client, progress=False)
+    assert list(summary.subject_id) == ["d0", "d1", "d2"]
+    assert set(summary.status) == {"done"}
