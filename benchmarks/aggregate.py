@@ -1,6 +1,6 @@
 """Build the README's MNIST table from the committed results files (benchmarks/results/).
 
-    python benchmarks/aggregate.py [--results benchmarks/results] [--out benchmarks/results/mnist-table.md]
+    python benchmarks/aggregate.py [--results DIR] [--out benchmarks/results/mnist-table.md]
 
 Each method's file is written by one `adni-pu benchmark mnist ...` command (recorded inside
 the file); this script only reads them, so the table can be rebuilt without training.

@@ -18,7 +18,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-_VERBS: tuple[str, ...] = ("benchmark", "preprocess", "cohort")
+_VERBS: tuple[str, ...] = ("benchmark", "preprocess", "cohort", "volumes")
 
 for _name in _VERBS:
     importlib.import_module(f"adni_pu.cli.{_name}").register(app)

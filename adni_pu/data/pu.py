@@ -39,6 +39,9 @@ class PUSplit:
     truth: np.ndarray
     labelled: np.ndarray
     name: str = "train"
+    eval_x: Any = None
+    """Optional un-augmented view of ``x`` (same items, same order) used for scoring, e.g.
+    trusted-set selection on an augmented training split; None scores ``x`` itself."""
 
     def __post_init__(self) -> None:
         self.truth = np.asarray(self.truth, dtype=np.float64)
@@ -47,6 +50,11 @@ class PUSplit:
             raise PUConstructionError(
                 f"{self.name} split: {len(self.x)} examples, {len(self.truth)} true labels and "
                 f"{len(self.labelled)} PU labels; expected the same number"
+            )
+        if self.eval_x is not None and len(self.eval_x) != len(self.x):
+            raise PUConstructionError(
+                f"{self.name} split: eval_x has {len(self.eval_x)} examples, x has "
+                f"{len(self.x)}; expected the same number"
             )
 
     def __len__(self) -> int:

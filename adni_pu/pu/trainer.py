@@ -160,6 +160,13 @@ class Trainer:
         self.best: dict[str, Any] = {"score": None, "epoch": -1, "candidate": "", "state": None}
         self.start_epoch = 0
         self._writer: Any = None
+        # Set by adni_pu.distributed.attach() for multi-process (torchrun) training.
+        self.ddp: Any = None
+
+    @property
+    def is_main(self) -> bool:
+        """Whether this process writes the run folder (always, unless distributed rank > 0)."""
+        return self.ddp is None or self.ddp.rank == 0
 
     # ------------------------------------------------------------------ schedule
 
@@ -179,6 +186,8 @@ class Trainer:
         """Entry indices per batch, each batch holding labelled P and U in the data's ratio."""
         n = len(self.entry_base)
         n_batches = max(1, math.ceil(n / self.cfg.batch_size))
+        if self.ddp is not None:  # every rank gets the same number of batches
+            n_batches = self.ddp.round_batches(n_batches, n)
         p_perm = rng.permutation(self.n_p)
         u_perm = self.n_p + rng.permutation(self.n_u)
         p_chunks = np.array_split(p_perm, n_batches)
@@ -204,9 +213,10 @@ class Trainer:
         was_training = model.training
         model.eval()
         n = len(split)
-        size = self.cfg.eval_batch_size if isinstance(split.x, torch.Tensor) else self.cfg.batch_size
+        x = split.eval_x if split.eval_x is not None else split.x
+        size = self.cfg.eval_batch_size if isinstance(x, torch.Tensor) else self.cfg.batch_size
         batches = [np.arange(i, min(i + size, n)) for i in range(0, n, size)]
-        out = [model(to_device(xb, self.device)).float().cpu() for xb in self._iterate(split.x, batches)]
+        out = [model(to_device(xb, self.device)).float().cpu() for xb in self._iterate(x, batches)]
         model.train(was_training)
         return torch.cat(out).numpy() if out else np.zeros(0, np.float32)
 
@@ -374,6 +384,8 @@ class Trainer:
         for st in self.students:
             st.model.train()
         batches = self._epoch_batches(rng)
+        if self.ddp is not None:  # this rank's share of the epoch's batches
+            batches = self.ddp.shard(batches, epoch)
         sums: dict[str, float] = {}
         counts: dict[str, int] = {}
         needs_meta = (self.cfg.method == "selfpu" and self.sp.reweight
@@ -386,7 +398,10 @@ class Trainer:
             s = torch.from_numpy(self.entry_s[entries]).to(self.device)
             idx = self.entry_base[entries]
             meta = self._val_batch(rng) if needs_meta else None
-            logits = [st.model(x) for st in self.students]
+            if self.ddp is not None:
+                logits = [self.ddp.forward(k, x) for k in range(len(self.students))]
+            else:
+                logits = [st.model(x) for st in self.students]
             frac_epoch = epoch + b / len(batches)
             for k, st in enumerate(self.students):
                 other = logits[1 - k].detach() if len(self.students) == 2 else None
@@ -406,6 +421,8 @@ class Trainer:
                     counts[name] = counts.get(name, 0) + 1
             progress.update(1)
         progress.close()
+        if self.ddp is not None:  # BatchNorm statistics: the mean over ranks
+            self.ddp.sync_buffers(self)
         for st in self.students:
             st.scheduler.step()
         return {k: sums[k] / counts[k] for k in sums}
@@ -498,6 +515,8 @@ class Trainer:
         """Train for ``config.epochs`` epochs (resuming from the run folder's checkpoint)."""
         self._prepare_run_dir()
         self._maybe_resume()
+        if self.ddp is not None:
+            self.ddp.wrap(self)
         for epoch in range(self.start_epoch, self.cfg.epochs):
             t0 = time.perf_counter()
             row: dict[str, Any] = {"epoch": epoch, "phase": self.phase(epoch),
@@ -528,7 +547,7 @@ class Trainer:
     # ------------------------------------------------------------------ run folder
 
     def _prepare_run_dir(self) -> None:
-        if self.run_dir is None:
+        if self.run_dir is None or not self.is_main:
             return
         self.run_dir.mkdir(parents=True, exist_ok=True)
         cfgmod.save(self.cfg, self.run_dir / "config.toml")
@@ -546,7 +565,7 @@ class Trainer:
         return json.dumps(settings, sort_keys=True)
 
     def _checkpoint(self, epoch: int) -> None:
-        if self.run_dir is None:
+        if self.run_dir is None or not self.is_main:
             return
         state = {
             "epoch": epoch,
@@ -600,6 +619,8 @@ class Trainer:
         if tests:
             parts.append(f"test acc (diagnostic) {max(tests):.4f}")
         parts.append(f"{row['time/epoch_seconds']:.1f}s")
+        if not self.is_main:
+            return
         self.log(" | ".join(parts))
         if self.run_dir is None:
             return
@@ -619,7 +640,7 @@ class Trainer:
         if self._writer is not None:
             self._writer.close()
             self._writer = None
-        if self.run_dir is None:
+        if self.run_dir is None or not self.is_main:
             return
         if self.best["state"] is not None:
             _atomic_torch_save({"state": self.best["state"], "config": cfgmod.to_dict(self.cfg),

@@ -1,0 +1,152 @@
+"""``adni-pu train|evaluate|predict|demo``: Self-PU and the baselines on MRI volumes.
+
+Thin wrappers around :mod:`adni_pu.volume_run` (and :mod:`adni_pu.demo`); nothing heavy is
+imported at module level so ``adni-pu --help`` answers at once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+Sets = Annotated[Optional[list[str]], typer.Option(  # noqa: UP045 - typer needs Optional
+    "--set", help="override a setting, e.g. --set train.epochs=20 --set prior=0.45")]
+
+
+def _fail(exc: BaseException, code: int = 2) -> typer.Exit:
+    typer.echo(f"error: {exc}", err=True)
+    return typer.Exit(code)
+
+
+def _known_errors() -> tuple[type[BaseException], ...]:
+    from adni_pu.cohort import CohortInputError, LeakageError
+    from adni_pu.config import ConfigError
+    from adni_pu.data.pu import PUConstructionError
+    from adni_pu.distributed import DistributedError
+    from adni_pu.pu.trainer import ResumeError
+    from adni_pu.volume_run import VolumeRunError
+
+    return (ConfigError, CohortInputError, LeakageError, PUConstructionError, ResumeError,
+            VolumeRunError, DistributedError, FileNotFoundError, ValueError)
+
+
+def train(
+    manifest: Annotated[Path, typer.Option(help="cohort manifest (CSV/Parquet) or cohort "
+                                                "folder from `adni-pu cohort build`")],
+    out: Annotated[Path, typer.Option(help="run folder (rerun the same command to resume)")],
+    config: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        help="TOML settings (sections [train] and [data]; e.g. RUN/volume_config.toml)")] = None,
+    preset: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        help="training preset: naive, upu, nnpu, selfpu (default) or an ablation row; "
+             "see `adni-pu presets`")] = None,
+    set_: Sets = None,
+) -> None:
+    """Train on the manifest's train split, select on val; write the run folder."""
+    from adni_pu.volume_run import load_volume_config, train_volumes
+
+    try:
+        cfg = load_volume_config(config, set_ or [], preset)
+        fit = train_volumes(manifest, cfg, out)
+    except _known_errors() as exc:
+        raise _fail(exc) from exc
+    import os
+
+    if os.environ.get("RANK", "0") != "0":  # under torchrun only rank 0 reports
+        return
+    typer.echo(f"selected: {fit.best_candidate} after epoch {fit.best_epoch + 1} "
+               f"({cfg.train.val_criterion} {fit.best_score:.4f})")
+    typer.echo(f"run folder: {out}")
+
+
+def evaluate(
+    run: Annotated[Path, typer.Argument(help="run folder written by `adni-pu train`")],
+    split: Annotated[str, typer.Option(help="manifest split to evaluate (never train/val)")
+                     ] = "test",
+    manifest: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        help="another manifest (default: the one the run was trained on)")] = None,
+    bootstrap: Annotated[Optional[int], typer.Option(  # noqa: UP045
+        help="bootstrap resamples (default: the run's setting, 1000)")] = None,
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda")] = "auto",
+) -> None:
+    """Accuracy, balanced accuracy, AUC, sensitivity, specificity with 95 % CIs; ROC plot."""
+    from adni_pu.volume_run import METRICS, evaluate_run, format_ci
+
+    try:
+        result = evaluate_run(run, split, manifest, device=device, n_boot=bootstrap)
+    except _known_errors() as exc:
+        raise _fail(exc) from exc
+    typer.echo(f"{split}: {result['n_subjects']} subjects, {result['n_scans']} scans "
+               f"({result['n_subjects_unknown_truth']} subjects without truth left out)")
+    typer.echo(f"{'metric':20s} {'per scan':28s} per subject")
+    for m in METRICS:
+        typer.echo(f"{m:20s} {format_ci(result['scan_level'][m]):28s} "
+                   f"{format_ci(result['subject_level'][m])}")
+    typer.echo(f"report: {result['files']['report']}")
+
+
+def predict(
+    run: Annotated[Path, typer.Argument(help="run folder written by `adni-pu train`")],
+    scans: Annotated[list[Path], typer.Argument(
+        help="NIfTI scans: model-grid volumes are used as they are, raw T1 scans are "
+             "preprocessed first with the run's recorded settings")],
+    out: Annotated[Optional[Path], typer.Option(help="write the table as CSV")] = None,  # noqa: UP045
+    work_dir: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        help="where raw scans are preprocessed (default RUN/predictions/preprocessed)")] = None,
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda")] = "auto",
+) -> None:
+    """Per-scan probability of amyloid positivity from the run's selected model."""
+    from adni_pu.volume_run import predict_scans
+
+    try:
+        table = predict_scans(run, scans, out, work_dir, device)
+    except _known_errors() as exc:
+        raise _fail(exc) from exc
+    for row in table.itertuples():
+        if row.model_input:
+            typer.echo(f"{row.scan}\t{row.probability:.4f}\t{row.prediction}\t({row.status})")
+        else:
+            typer.echo(f"{row.scan}\t-\t{row.status}: {row.error}")
+    if out is not None:
+        typer.echo(f"predictions: {out}")
+    if (table["model_input"] == "").any():
+        raise typer.Exit(1)
+
+
+def demo(
+    subjects: Annotated[int, typer.Option(help="synthetic subjects")] = 32,
+    out: Annotated[Path, typer.Option(help="output folder")] = Path("adni-pu-demo"),
+    preprocessing: Annotated[str, typer.Option(
+        help="real (the adni-pu preprocess pipeline) or ideal (the generator's perfect "
+             "model-grid volumes; a fallback that skips preprocessing)")] = "real",
+    epochs: Annotated[int, typer.Option(help="training epochs per method")] = 12,
+    methods: Annotated[str, typer.Option(help="comma-separated training presets")
+                       ] = "naive,upu,nnpu,selfpu",
+    seed: Annotated[int, typer.Option(help="seed of the cohort and the training")] = 0,
+    workers: Annotated[int, typer.Option(help="preprocessing processes")] = 2,
+    threads: Annotated[int, typer.Option(help="torch threads for training")] = 2,
+    set_: Sets = None,
+) -> None:
+    """Synthetic cohort -> preprocess -> cohort -> train Self-PU and baselines -> report."""
+    from adni_pu.demo import DemoSettings, run_demo
+
+    try:
+        settings = DemoSettings(subjects=subjects, out=out, preprocessing=preprocessing,
+                                epochs=epochs, methods=tuple(m.strip() for m in
+                                                             methods.split(",") if m.strip()),
+                                seed=seed, workers=workers, threads=threads,
+                                overrides=tuple(set_ or []))
+        report = run_demo(settings, log=lambda m: typer.echo(m, err=True))
+    except _known_errors() as exc:
+        raise _fail(exc) from exc
+    typer.echo(f"report: {report}")
+
+
+def register(app: typer.Typer, with_demo: bool = False) -> None:
+    """Add ``train``, ``evaluate``, ``predict`` (and ``demo``) to the main app."""
+    app.command("train")(train)
+    app.command("evaluate")(evaluate)
+    app.command("predict")(predict)
+    if with_demo:
+        app.command("demo")(demo)

@@ -1,0 +1,87 @@
+"""``adni-pu train|evaluate|predict`` end to end on a tiny cohort of model-grid volumes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+import typer
+from typer.testing import CliRunner
+from volume_helpers import make_volume_cohort, tiny_overrides
+
+from adni_pu.cli.volumes import register
+
+
+@pytest.fixture(scope="module")
+def app() -> typer.Typer:
+    app = typer.Typer(pretty_exceptions_enable=False)
+    register(app)
+    return app
+
+
+@pytest.fixture(scope="module")
+def trained(app, tmp_path_factory):
+    root = tmp_path_factory.mktemp("clivol")
+    manifest = make_volume_cohort(root / "cohort")
+    run = root / "run"
+    args = ["train", "--manifest", str(manifest), "--out", str(run), "--preset", "nnpu"]
+    for item in tiny_overrides(2, root / "cache"):
+        args += ["--set", item]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    return {"root": root, "manifest": manifest, "run": run, "output": result.output}
+
+
+def test_train_writes_run_and_rerun_resumes(app, trained):
+    assert "selected:" in trained["output"]
+    cfg = (trained["run"] / "volume_config.toml").read_text()
+    assert 'preset = "nnpu"' in cfg and 'method = "nnpu"' in cfg
+    # rerunning with the resolved settings file resumes (nothing left to train)
+    args = ["train", "--manifest", str(trained["manifest"]), "--out", str(trained["run"]),
+            "--config", str(trained["run"] / "volume_config.toml")]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+
+
+def test_evaluate_prints_table_with_cis(app, trained):
+    result = CliRunner().invoke(app, ["evaluate", str(trained["run"]), "--split", "test",
+                                      "--bootstrap", "100"])
+    assert result.exit_code == 0, result.output
+    assert "balanced_accuracy" in result.output and "[" in result.output
+    metrics = json.loads((trained["run"] / "evaluation" / "test" / "metrics.json").read_text())
+    assert metrics["n_subjects_unknown_truth"] == 1
+
+
+def test_evaluate_refuses_validation_subjects(app, trained):
+    result = CliRunner().invoke(app, ["evaluate", str(trained["run"]), "--split", "val"])
+    assert result.exit_code == 2
+    assert "leakage" in result.output and "110_S_0010" in result.output
+
+
+def test_predict_writes_csv(app, trained, tmp_path):
+    scan = trained["manifest"].parent / "vol" / "sub-16_ses-bl_T1w_preproc.nii"
+    out = tmp_path / "pred.csv"
+    result = CliRunner().invoke(app, ["predict", str(trained["run"]), str(scan), "--out",
+                                      str(out)])
+    assert result.exit_code == 0, result.output
+    table = pd.read_csv(out)
+    assert len(table) == 1 and 0 < table.loc[0, "probability"] < 1
+
+
+def test_errors_exit_2_with_a_message(app, tmp_path):
+    result = CliRunner().invoke(app, ["train", "--manifest", str(tmp_path / "none.csv"),
+                                      "--out", str(tmp_path / "r")])
+    assert result.exit_code == 2 and "not found" in result.output
+    result = CliRunner().invoke(app, ["evaluate", str(tmp_path)])
+    assert result.exit_code == 2 and "not a finished training run" in result.output
+
+
+def test_cli_module_imports_nothing_heavy():
+    code = ("import sys, adni_pu.cli.volumes; "
+            "print(any(m in sys.modules for m in ('torch', 'monai', 'pandas')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "False"

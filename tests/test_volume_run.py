@@ -1,0 +1,169 @@
+"""Training, evaluation and prediction on volumes (adni_pu.volume_run), on a tiny cohort."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+
+import nibabel as nib
+import numpy as np
+import pandas as pd
+import pytest
+from volume_helpers import NO_AUGMENTATION, grid_volume, make_volume_cohort, tiny_overrides
+
+from adni_pu.cohort import LeakageError
+from adni_pu.config import ConfigError
+from adni_pu.pu.trainer import ResumeError
+from adni_pu.volume_run import (
+    METRICS,
+    VolumeRunError,
+    evaluate_run,
+    load_volume_config,
+    predict_scans,
+    sha256_file,
+    train_volumes,
+)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """The cohort, a naive run (no augmentation, 4 epochs) and a 3-phase Self-PU run."""
+    root = tmp_path_factory.mktemp("volrun")
+    manifest = make_volume_cohort(root / "cohort")
+    cache = root / "cache"
+    naive_cfg = load_volume_config(None, tiny_overrides(4, cache) + NO_AUGMENTATION,
+                                   preset="naive")
+    naive = train_volumes(manifest, naive_cfg, root / "naive", log=lambda m: None)
+    sp = ["train.selfpu.warmup_epochs=1", "train.selfpu.self_paced_end=2",
+          "train.selfpu.select_every=1", "train.selfpu.teacher_rampup_epochs=1",
+          "train.selfpu.rates=[0.6, 0.6]", 'train.selfpu.schedule="fixed"']
+    selfpu_cfg = load_volume_config(None, tiny_overrides(3, cache) + sp, preset="selfpu")
+    selfpu = train_volumes(manifest, selfpu_cfg, root / "selfpu", log=lambda m: None)
+    return {"root": root, "manifest": manifest, "naive": naive, "selfpu": selfpu,
+            "naive_cfg": naive_cfg}
+
+
+def test_training_lowers_the_loss_and_writes_the_run_folder(runs):
+    losses = [row["train/model/loss"] for row in runs["naive"].history]
+    assert losses[-1] < losses[0]
+    run = runs["root"] / "naive"
+    for name in ("volume_config.toml", "config.toml", "splits.csv", "run.json",
+                 "hippocampus_boxes.json", "val_predictions.csv", "metrics.csv",
+                 "best_model.pt", "checkpoints/last.pt", "selection.json", "provenance.json"):
+        assert (run / name).is_file(), name
+    info = json.loads((run / "run.json").read_text())
+    assert info["manifest_sha256"] == sha256_file(runs["manifest"])
+    # prior from the cohort: 5 of the 9 training subjects with known truth are positive
+    assert info["prior"]["prior"] == pytest.approx(5 / 9)
+    assert info["prior"]["subjects_without_truth"] == 1
+    splits = pd.read_csv(run / "splits.csv")
+    assert set(splits["split"]) == {"train", "val", "test"} and len(splits) == 19
+    val = pd.read_csv(run / "val_predictions.csv")
+    assert len(val) == 4 and val["probability"].between(0, 1).all()
+    # the resolved settings rebuild the same configuration
+    again = load_volume_config(run / "volume_config.toml")
+    assert again == runs["naive_cfg"]
+
+
+def test_selfpu_runs_all_phases_on_volumes(runs):
+    history = runs["selfpu"].history
+    assert [row["phase"] for row in history] == [1, 2, 3]
+    assert history[1]["trusted/student1/size"] > 0
+    assert "train/student1/ce_weight_mean" in history[1]  # the meta (reweighting) step ran
+    assert runs["selfpu"].best_candidate
+
+
+def test_evaluate_reports_bootstrap_cis_and_counts(runs):
+    result = evaluate_run(runs["root"] / "naive", "test", n_boot=200)
+    assert result["n_subjects"] == 5 and result["n_scans"] == 6
+    assert result["n_subjects_unknown_truth"] == 1 and result["n_scans_unknown_truth"] == 1
+    for level in ("scan_level", "subject_level"):
+        for metric in METRICS:
+            entry = result[level][metric]
+            if not math.isnan(entry["value"]):
+                assert entry["ci_low"] <= entry["value"] + 1e-9
+                assert entry["value"] <= entry["ci_high"] + 1e-9
+    out = runs["root"] / "naive" / "evaluation" / "test"
+    for name in ("metrics.json", "predictions_scans.csv", "predictions_subjects.csv",
+                 "roc.png", "report.md"):
+        assert (out / name).is_file(), name
+    assert len(pd.read_csv(out / "predictions_subjects.csv")) == 5
+    assert "balanced accuracy" in (out / "report.md").read_text()
+
+
+def test_leakage_guard_refuses_training_and_validation_subjects(runs, tmp_path):
+    with pytest.raises(LeakageError, match="110_S_0010"):  # a validation subject
+        evaluate_run(runs["root"] / "naive", "val", n_boot=10)
+    frame = pd.read_csv(runs["manifest"])
+    frame.loc[frame["subject_id"] == "101_S_0001", "split"] = "test"  # a training subject
+    frame["scan_path"] = [str(runs["manifest"].parent / p) for p in frame["scan_path"]]
+    other = tmp_path / "manifest.csv"
+    frame.to_csv(other, index=False)
+    with pytest.raises(LeakageError, match="101_S_0001"):
+        evaluate_run(runs["root"] / "naive", "test", manifest=other, n_boot=10)
+
+
+def test_prior_must_exceed_the_labelled_fraction(runs, tmp_path):
+    cfg = load_volume_config(None, ["prior=0.05", *tiny_overrides(1)], preset="nnpu")
+    with pytest.raises(VolumeRunError, match="labelled fraction"):
+        train_volumes(runs["manifest"], cfg, tmp_path / "run")
+
+
+def test_rerun_with_other_settings_is_refused(runs):
+    cfg = load_volume_config(None, tiny_overrides(4) + ["data.normalization=\"minmax\""],
+                             preset="naive")
+    with pytest.raises(ResumeError, match="other settings"):
+        train_volumes(runs["manifest"], cfg, runs["root"] / "naive")
+
+
+def test_settings_precedence_and_validation(tmp_path):
+    cfg = load_volume_config(None, [], preset="nnpu")
+    assert cfg.train.method == "nnpu" and cfg.train.model == "cnn3d" and cfg.prior == "cohort"
+    path = tmp_path / "c.toml"
+    path.write_text('preset = "upu"\nprior = 0.4\n[train]\nlr = 0.005\n')
+    cfg = load_volume_config(path, ["train.epochs=3"])
+    assert (cfg.train.method, cfg.prior, cfg.train.lr, cfg.train.epochs) == ("upu", 0.4, 0.005, 3)
+    assert load_volume_config(path, [], preset="naive").train.method == "naive"
+    with pytest.raises(ConfigError, match="prior"):
+        load_volume_config(None, ['prior="often"'])
+    with pytest.raises(ConfigError, match="preset"):
+        load_volume_config(None, [], preset="nope")
+
+
+def test_predict_model_grid_files_and_refuse_raw_without_settings(runs, tmp_path):
+    run = runs["root"] / "naive"
+    scan = runs["manifest"].parent / "vol" / "sub-15_ses-bl_T1w_preproc.nii"
+    table = predict_scans(run, [scan], out=tmp_path / "p.csv")
+    assert table.loc[0, "status"] == "model-grid" and 0 < table.loc[0, "probability"] < 1
+    assert (tmp_path / "p.csv").is_file()
+    raw = tmp_path / "raw.nii.gz"
+    nib.save(nib.Nifti1Image(np.ones((40, 48, 40), np.float32), np.diag([3, 3, 3, 1.0])), raw)
+    with pytest.raises(VolumeRunError, match="preprocess"):
+        predict_scans(run, [raw])
+
+
+def test_predict_preprocesses_raw_scans_with_the_recorded_settings(runs, tmp_path,
+                                                                   monkeypatch):
+    import adni_pu.preprocessing as prep
+    from adni_pu.config import save
+
+    run = tmp_path / "run"
+    shutil.copytree(runs["root"] / "naive", run)
+    recorded = prep.load_config(None, ["skullstrip.method=template"])
+    save(recorded, run / "preprocess_config.toml")
+    seen = []
+
+    def fake(scan, output, config):
+        seen.append(config)
+        data, affine = grid_volume(99, True)
+        path = tmp_path / "prep.nii"
+        nib.save(nib.Nifti1Image(data, affine), path)
+        return {"status": "done", "preprocessed_path": str(path), "error": ""}
+
+    monkeypatch.setattr(prep, "preprocess_scan", fake)
+    raw = tmp_path / "raw.nii.gz"
+    nib.save(nib.Nifti1Image(np.ones((40, 48, 40), np.float32), np.diag([3, 3, 3, 1.0])), raw)
+    table = predict_scans(run, [raw])
+    assert seen and seen[0].skullstrip.method == "template"
+    assert table.loc[0, "status"] == "preprocessed" and 0 < table.loc[0, "probability"] < 1
