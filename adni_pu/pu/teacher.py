@@ -39,13 +39,18 @@ class MeanTeacher:
     def update(self, student: nn.Module) -> None:
         """Move the teacher towards ``student`` by one averaging step."""
         keep = self.rate()
-        for t, s in zip(self.model.parameters(), student.parameters()):
-            t.mul_(keep).add_(s.detach(), alpha=1.0 - keep)
-        for t, s in zip(self.model.buffers(), student.buffers()):
-            if t.dtype.is_floating_point:
-                t.mul_(keep).add_(s.detach(), alpha=1.0 - keep)
-            else:
-                t.copy_(s)
+        if not hasattr(self, "_pairs"):  # tensors to average, gathered once (fused updates)
+            t_float, s_float, t_int, s_int = [], [], [], []
+            for t, s in [*zip(self.model.parameters(), student.parameters()),
+                         *zip(self.model.buffers(), student.buffers())]:
+                (t_float if t.dtype.is_floating_point else t_int).append(t)
+                (s_float if t.dtype.is_floating_point else s_int).append(s)
+            self._pairs = (t_float, s_float, t_int, s_int)
+        t_float, s_float, t_int, s_int = self._pairs
+        torch._foreach_mul_(t_float, keep)
+        torch._foreach_add_(t_float, [s.detach() for s in s_float], alpha=1.0 - keep)
+        for t, s in zip(t_int, s_int):
+            t.copy_(s)
         self.steps += 1
 
     def state_dict(self) -> dict[str, object]:
