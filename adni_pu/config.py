@@ -171,17 +171,18 @@ def load(
             file_data = tomllib.loads(path.read_text())
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path}: not valid TOML ({exc})") from exc
-        _deep_update(data, file_data)
+        deep_update(data, file_data)
     for text in overrides or []:
         keys, value = parse_override(text)
         merge(data, keys, value)
     return from_dict(cls, data, where)
 
 
-def _deep_update(base: dict[str, Any], new: dict[str, Any]) -> None:
+def deep_update(base: dict[str, Any], new: dict[str, Any]) -> None:
+    """Merge nested dict ``new`` into ``base`` in place (tables merged, values replaced)."""
     for key, value in new.items():
         if isinstance(value, dict) and isinstance(base.get(key), dict):
-            _deep_update(base[key], value)
+            deep_update(base[key], value)
         else:
             base[key] = value
 

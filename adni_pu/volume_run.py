@@ -133,19 +133,12 @@ def load_volume_config(path: str | Path | None = None, overrides: list[str] | No
     try:
         train_defaults = cfgmod.to_dict(_default_train())
         train_defaults.pop("prior", None)
-        _deep_update(train_defaults, preset_settings(str(name)))
+        cfgmod.deep_update(train_defaults, preset_settings(str(name)))
     except ValueError as exc:
         raise cfgmod.ConfigError(str(exc)) from exc
     defaults = {"preset": name, "train": train_defaults}
     return cfgmod.load(VolumeTrainConfig, path, overrides, defaults)
 
-
-def _deep_update(base: dict[str, Any], new: dict[str, Any]) -> None:
-    for key, value in new.items():
-        if isinstance(value, dict) and isinstance(base.get(key), dict):
-            _deep_update(base[key], value)
-        else:
-            base[key] = value
 
 
 # --------------------------------------------------------------------------- manifest

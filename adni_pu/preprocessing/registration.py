@@ -175,6 +175,18 @@ def _correlation(a: np.ndarray, b: np.ndarray, mask: np.ndarray) -> float:
     return float((x * y).sum() / denom) if denom > 0 else 0.0
 
 
+def _warp(data: np.ndarray, affine: np.ndarray, out_affine: np.ndarray,
+          out_shape: tuple[int, ...], interpolation: str, transforms: list[str],
+          invert: list[bool] | None = None) -> np.ndarray:
+    import ants
+
+    ref = to_ants(np.zeros(out_shape, dtype=np.float32), out_affine)
+    extra = {} if invert is None else {"whichtoinvert": invert}
+    out = ants.apply_transforms(fixed=ref, moving=to_ants(data, affine), transformlist=transforms,
+                                interpolator=interpolation, **extra)
+    return out.numpy()
+
+
 def warp_to_template(
     data: np.ndarray,
     affine: np.ndarray,
@@ -184,14 +196,7 @@ def warp_to_template(
     interpolation: str = "linear",
 ) -> np.ndarray:
     """Resample a native array onto a template-space grid through the registration."""
-    import ants
-
-    ref = to_ants(np.zeros(out_shape, dtype=np.float32), out_affine)
-    out = ants.apply_transforms(
-        fixed=ref, moving=to_ants(data, affine), transformlist=reg.fwd,
-        interpolator=interpolation,
-    )
-    return out.numpy()
+    return _warp(data, affine, out_affine, out_shape, interpolation, reg.fwd)
 
 
 def warp_to_native(
@@ -203,14 +208,7 @@ def warp_to_native(
     interpolation: str = "linear",
 ) -> np.ndarray:
     """Resample a template-space array onto a native grid through the inverse registration."""
-    import ants
-
-    ref = to_ants(np.zeros(out_shape, dtype=np.float32), out_affine)
-    out = ants.apply_transforms(
-        fixed=ref, moving=to_ants(data, affine), transformlist=reg.inv,
-        whichtoinvert=reg.inv_invert, interpolator=interpolation,
-    )
-    return out.numpy()
+    return _warp(data, affine, out_affine, out_shape, interpolation, reg.inv, reg.inv_invert)
 
 
 def cleanup(reg: Registration) -> None:
