@@ -238,3 +238,17 @@ def test_dask_local_cluster_backend(tmp_path: Path, monkeypatch) -> None:
         summary = run_preprocessing(scans, tmp_path / "o", dask_scheduler=client, progress=False)
     assert list(summary.subject_id) == ["d0", "d1", "d2"]
     assert set(summary.status) == {"done"}
+
+
+def test_relative_output_gives_a_summary_valid_from_any_folder(tmp_path: Path,
+                                                                monkeypatch) -> None:
+    """summary.csv is read by the cohort builder relative to its own folder, not the cwd."""
+    monkeypatch.setattr(pipe, "_run_steps", _fake_steps([]))
+    monkeypatch.chdir(tmp_path)
+    scans = [Scan("s1", "bl", tmp_path / "in.nii.gz")]
+    summary = run_preprocessing(scans, Path("rel") / "out", workers=1, progress=False)
+    again = run_preprocessing(scans, Path("rel") / "out", workers=1, progress=False)
+    for table in (summary, again):
+        path = Path(table.preprocessed_path[0])
+        assert path.is_absolute() and path.is_file(), path
+    assert list(again.status) == ["skipped"]

@@ -97,7 +97,8 @@ def run_preprocessing(
         overrides["dask_scheduler"] = dask_scheduler
     runner = replace(config.runner, **overrides)
     config = replace(config, runner=runner)
-    output = Path(output)
+    # absolute, so summary.csv's preprocessed_path is valid wherever it is read from
+    output = Path(output).resolve()
     output.mkdir(parents=True, exist_ok=True)
     scans = shard_scans(discover_scans(inputs), runner.shard)
     cfgmod.save(config, output / "preprocess_config.toml")

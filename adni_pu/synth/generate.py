@@ -80,7 +80,7 @@ def generate_cohort(out_dir: str | Path, n_subjects: int = 20, seed: int = 0,
     from adni_pu.synth.render import SubjectAnatomy, render_ideal_preprocessed, render_scan
 
     cfg = config or SynthConfig()
-    root = Path(out_dir)
+    root = Path(out_dir).resolve()  # absolute paths in the ideal summary.csv
     bids = root / "bids"
     bids.mkdir(parents=True, exist_ok=True)
     anatomy = build_anatomy(float(min(max(cfg.voxel_size, 1.0), 3.0)))
