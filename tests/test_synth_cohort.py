@@ -92,3 +92,5 @@ def test_config_is_validated():
         SynthConfig(dx_proportions=(0.5, 0.5, 0.5, 0.0, 0.0))
     with pytest.raises(ValueError, match="orientations"):
         SynthConfig(orientations=("RAX",))
+    with pytest.raises(ValueError, match="head_scale_by_sex"):
+        SynthConfig(head_scale_by_sex=(0.9, 3.0))

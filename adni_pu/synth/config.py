@@ -26,6 +26,9 @@ class SynthConfig:
     """Voxel axis codes a scan is stored in, drawn per scan (nibabel axis codes)."""
     max_rotation_deg: float = 10.0
     max_translation_mm: float = 10.0
+    head_scale_by_sex: tuple[float, float] = (0.92, 0.97)
+    """Mean linear head size (female, male) relative to MNI152, which is larger than an
+    average head; these give skull-stripped brain volumes of about 1.4 to 1.9 litres."""
     head_scale_sd: float = 0.04
     """Per-axis head-size variation (relative SD) on top of the sex difference."""
     deformation_mm: float = 2.5
@@ -108,6 +111,9 @@ class SynthConfig:
         if self.pet_space not in ("template", "native"):
             raise ValueError(f"pet_space: expected 'template' or 'native', found "
                              f"{self.pet_space!r}")
+        if any(not 0.5 <= s <= 1.5 for s in self.head_scale_by_sex):
+            raise ValueError(f"head_scale_by_sex: expected two scales in [0.5, 1.5], found "
+                             f"{self.head_scale_by_sex}")
         for name in ("pet_fraction", "fbb_fraction", "preclinical_fraction"):
             if not 0 <= getattr(self, name) <= 1:
                 raise ValueError(f"{name}: expected a value in [0, 1]")

@@ -131,7 +131,7 @@ def make_subject(index: int, rng: np.random.Generator, cfg: SynthConfig) -> Subj
     tracer = None
     if has_pet:
         tracer = "FBB" if rng.random() < cfg.fbb_fraction else "AV45"
-    sex_scale = 1.0 if sex == "Female" else 1.05
+    sex_scale = cfg.head_scale_by_sex[0 if sex == "Female" else 1]
     head_scale = tuple(float(sex_scale * (1.0 + cfg.head_scale_sd * rng.standard_normal()))
                        for _ in range(3))
     subject = Subject(
