@@ -22,7 +22,9 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import logging
 import math
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -217,9 +219,15 @@ def _deterministic_transforms(cfg: VolumeDataConfig):
     )
 
     origin = cfg.crop_origin()
+    # MONAI builds every default reader; its DICOM GPU reader warns twice per construction
+    # that nvImageCodec is missing, which says nothing here (the volumes are NIfTI).
+    logging.getLogger("monai.data.nvimgcodec_pydicom_plugin").setLevel(logging.ERROR)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="NvImgCodecPydicomReader")
+        load = LoadImaged(keys="brain", reader="NibabelReader", image_only=True,
+                          ensure_channel_first=True, dtype=np.float32)
     steps: list[Any] = [
-        LoadImaged(keys="brain", reader="NibabelReader", image_only=True,
-                   ensure_channel_first=True, dtype=np.float32),
+        load,
         Orientationd(keys="brain", axcodes="RAS", labels=(("L", "R"), ("P", "A"), ("I", "S"))),
     ]
     if cfg.check_grid:
