@@ -1,33 +1,62 @@
-"""A reduced ``adni-pu demo`` (ideal volumes, 12 subjects, 1 epoch): the integration test.
+"""A reduced ``adni-pu demo`` through the real CLI: the end-to-end integration test.
 
-Marked slow (about 30 CPU-seconds, mostly generating the cohort); CI runs it with
-``pytest -m slow tests/test_demo.py``.
+12 synthetic subjects, real preprocessing (deepbet, registration, cerebellum removal), the
+cohort builder, three methods for 2 epochs each, evaluation and the report: about 2
+CPU-minutes, most of it preprocessing.
 """
 
 from __future__ import annotations
 
 import json
 
-import pytest
-import typer
+import pandas as pd
 from typer.testing import CliRunner
 
-from adni_pu.cli.volumes import register
+from adni_pu.cli.app import app
 
 
-@pytest.mark.slow
-def test_reduced_demo_runs_end_to_end(tmp_path):
-    app = typer.Typer(pretty_exceptions_enable=False)
-    register(app, with_demo=True)
+def test_reduced_demo_runs_end_to_end_and_resumes(tmp_path):
     out = tmp_path / "demo"
-    result = CliRunner().invoke(app, [
-        "demo", "--subjects", "12", "--out", str(out), "--preprocessing", "ideal",
-        "--epochs", "2", "--methods", "nnpu,selfpu", "--threads", "1", "--workers", "1"])
+    args = ["demo", "--subjects", "12", "--out", str(out), "--epochs", "2",
+            "--methods", "naive,nnpu,selfpu", "--threads", "1", "--workers", "2"]
+    result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     report = (out / "report.md").read_text()
-    assert "| nnpu |" in report and "| selfpu |" in report
-    assert (out / "roc.png").is_file()
-    summary = json.loads((out / "demo.json").read_text())
-    assert set(summary["results"]) == {"nnpu", "selfpu"}
-    for method in ("nnpu", "selfpu"):
+    for method in ("naive", "nnpu", "selfpu"):
+        assert f"| {method} |" in report
         assert (out / "runs" / method / "evaluation" / "test" / "metrics.json").is_file()
+        assert (out / "runs" / method / "best_model.pt").is_file()
+    assert "preprocessing: **real**" in report and (out / "roc.png").is_file()
+    summary = pd.read_csv(out / "preprocessed" / "summary.csv")
+    assert len(summary) == 12 and set(summary.status) == {"done"}
+    manifest = pd.read_csv(out / "cohort" / "manifest.csv")
+    assert set(manifest.split) == {"train", "val", "test"}
+    record = json.loads((out / "demo.json").read_text())
+    assert set(record["results"]) == {"naive", "nnpu", "selfpu"}
+    for r in record["results"].values():
+        assert 0.0 <= r["metrics"]["accuracy"]["value"] <= 1.0
+
+    # a second call resumes: nothing is generated or preprocessed again
+    again = CliRunner().invoke(app, [*args[:-6], "--methods", "nnpu", "--threads", "1",
+                                     "--workers", "2"])
+    assert again.exit_code == 0, again.output
+    assert "already in" in again.output
+    assert set(pd.read_csv(out / "preprocessed" / "summary.csv").status) == {"skipped"}
+
+    # the same folder with another cohort size is refused, not mixed
+    other = CliRunner().invoke(app, ["demo", "--subjects", "13", "--out", str(out)])
+    assert other.exit_code == 2 and "choose another --out" in other.output
+
+
+def test_demo_refuses_an_unknown_method_before_any_work(tmp_path):
+    result = CliRunner().invoke(app, ["demo", "--methods", "nnpu,selfpuu",
+                                      "--out", str(tmp_path / "d")])
+    assert result.exit_code == 2 and "selfpuu" in result.output
+    assert not (tmp_path / "d").exists()
+
+
+def test_demo_refuses_a_cohort_too_small_to_split(tmp_path):
+    result = CliRunner().invoke(app, ["demo", "--subjects", "5", "--out", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "subjects=5" in result.output and "at least 12" in result.output
+    assert not any(tmp_path.iterdir())  # nothing written

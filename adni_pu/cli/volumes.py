@@ -11,6 +11,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from adni_pu.demo import DemoSettings  # light: no torch, MONAI or ITK at import
+
 Sets = Annotated[Optional[list[str]], typer.Option(  # noqa: UP045 - typer needs Optional
     "--set", help="override a setting, e.g. --set train.epochs=20 --set prior=0.45")]
 
@@ -114,22 +116,25 @@ def predict(
         raise typer.Exit(1)
 
 
+_DEMO = DemoSettings()
+
+
 def demo(
-    subjects: Annotated[int, typer.Option(help="synthetic subjects")] = 32,
-    out: Annotated[Path, typer.Option(help="output folder")] = Path("adni-pu-demo"),
+    subjects: Annotated[int, typer.Option(help="synthetic subjects")] = _DEMO.subjects,
+    out: Annotated[Path, typer.Option(help="output folder")] = _DEMO.out,
     preprocessing: Annotated[str, typer.Option(
         help="real (the adni-pu preprocess pipeline) or ideal (the generator's perfect "
-             "model-grid volumes; a fallback that skips preprocessing)")] = "real",
-    epochs: Annotated[int, typer.Option(help="training epochs per method")] = 12,
+             "model-grid volumes; a fallback that skips preprocessing)")] = _DEMO.preprocessing,
+    epochs: Annotated[int, typer.Option(help="training epochs per method")] = _DEMO.epochs,
     methods: Annotated[str, typer.Option(help="comma-separated training presets")
-                       ] = "naive,upu,nnpu,selfpu",
-    seed: Annotated[int, typer.Option(help="seed of the cohort and the training")] = 0,
-    workers: Annotated[int, typer.Option(help="preprocessing processes")] = 2,
-    threads: Annotated[int, typer.Option(help="torch threads for training")] = 2,
+                       ] = ",".join(_DEMO.methods),
+    seed: Annotated[int, typer.Option(help="seed of the cohort and the training")] = _DEMO.seed,
+    workers: Annotated[int, typer.Option(help="preprocessing processes")] = _DEMO.workers,
+    threads: Annotated[int, typer.Option(help="torch threads for training")] = _DEMO.threads,
     set_: Sets = None,
 ) -> None:
     """Synthetic cohort -> preprocess -> cohort -> train Self-PU and baselines -> report."""
-    from adni_pu.demo import DemoSettings, run_demo
+    from adni_pu.demo import run_demo
 
     try:
         settings = DemoSettings(subjects=subjects, out=out, preprocessing=preprocessing,
@@ -143,10 +148,9 @@ def demo(
     typer.echo(f"report: {report}")
 
 
-def register(app: typer.Typer, with_demo: bool = False) -> None:
-    """Add ``train``, ``evaluate``, ``predict`` (and ``demo``) to the main app."""
+def register(app: typer.Typer) -> None:
+    """Add ``train``, ``evaluate``, ``predict`` and ``demo`` to the main app."""
     app.command("train")(train)
     app.command("evaluate")(evaluate)
     app.command("predict")(predict)
-    if with_demo:
-        app.command("demo")(demo)
+    app.command("demo")(demo)
