@@ -114,6 +114,21 @@ def run(args: argparse.Namespace) -> None:
           f"auc_latent {record['auc_latent']:.3f} ({record['seconds']:.0f} s) -> {path}")
 
 
+def _oracle_line(synth_dir: Path) -> str:
+    """The ceiling the generator sets: AUC of each subject's true atrophy for amyloid status."""
+    if not (synth_dir / "truth_scans.csv").is_file():
+        return ""
+    import pandas as pd
+    from sklearn.metrics import roc_auc_score
+
+    scans = pd.read_csv(synth_dir / "truth_scans.csv")
+    y = scans["amyloid_positive"].astype(int)
+    parts = [f"{name} {roc_auc_score(y, scans[name]):.3f}"
+             for name in ("hippocampal_loss", "severity")]
+    return (f"\n\nGenerator truth as a score for amyloid status, all {len(scans)} scans of "
+            f"{synth_dir} (AUC): " + ", ".join(parts) + ".")
+
+
 def table(args: argparse.Namespace) -> None:
     rows = ["| method | seeds | accuracy | balanced accuracy | AUC | sensitivity | specificity "
             "| AUC vs latent truth | s/run |", "|---|---|---|---|---|---|---|---|---|"]
@@ -134,6 +149,7 @@ def table(args: argparse.Namespace) -> None:
                     + f" | {cell([r['auc_latent'] for r in recs])} | "
                     f"{statistics.mean(r['seconds'] for r in recs):.0f} |")
     text = (f"# {args.name}: test split, mean (std) over seeds, %\n\n" + "\n".join(rows)
+            + _oracle_line(args.work / "synth")
             + "\n\nFrom `python benchmarks/demo_cohort.py table --name " + args.name
             + "` over benchmarks/results/" + args.name + "-*.json (each file has its command, "
             "settings and machine).\n")
@@ -161,6 +177,8 @@ def main() -> None:
     r.add_argument("--machine", default="2-core CPU VM, no GPU")
     t = sub.add_parser("table", help="aggregate the results files")
     t.add_argument("--name", default="cohort240")
+    t.add_argument("--work", type=Path, default=Path("runs/cohort240"),
+                   help="the prepared cohort, for the generator-truth line (optional)")
     args = parser.parse_args()
     {"prepare": prepare, "run": run, "table": table}[args.step](args)
 
