@@ -83,6 +83,39 @@ def test_registration_recovers_the_known_motion(head) -> None:
         R.cleanup(reg)
 
 
+_REPRO_SCRIPT = """
+import dataclasses, sys
+from adni_pu.preprocessing import registration as R
+from adni_pu.preprocessing.config import RegistrationSettings
+from adni_pu.preprocessing.phantom import synthetic_head
+fast = RegistrationSettings(resolution_mm=4.0, iterations=(50, 20), shrink_factors=(2, 1),
+                            smoothing_sigmas=(1.0, 0.0))
+h = synthetic_head(rotation_deg=(6.0, -4.0, 8.0), translation_mm=(5.0, -7.0, 4.0), seed=1)
+mats = []
+for seed in (1, 1, 2):
+    reg = R.register_to_template(h.data, h.affine, dataclasses.replace(fast, random_seed=seed),
+                                 mask=h.brain)
+    mats.append(reg.files["affine.mat"])
+    R.cleanup(reg)
+print(mats[0] == mats[1], mats[0] == mats[2])
+"""
+
+
+def test_registration_is_reproducible_with_one_thread() -> None:
+    """The same seed gives the same transform, another seed another one (antspyx ignores its
+    own ``random_seed`` argument; ANTS_RANDOM_SEED carries it). ITK reads its thread count
+    once per process, so this runs in a fresh single-threaded process, as a worker does."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "ITK_GLOBAL_DEFAULT_NUMBER_OF_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", _REPRO_SCRIPT], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "False"]
+
+
 def test_cerebellum_mask_in_template_space() -> None:
     from adni_pu import atlas
     from adni_pu.preprocessing.cerebellum import cerebellum_mask

@@ -130,6 +130,11 @@ def register_to_template(
     if np.min(spacing) < settings.resolution_mm * 0.75:
         moving = ants.resample_image(moving, (settings.resolution_mm,) * 3, False, 0)
     workdir = tempfile.mkdtemp(prefix="adni_pu_reg_")
+    # antspyx 0.6 ignores its ``random_seed`` argument (it only reads ``ants.config``); the
+    # ANTs library itself takes the seed of its metric sampling from ANTS_RANDOM_SEED, so set
+    # that, or every run samples differently (system time). Multi-threaded Mattes can still
+    # differ in the last digits; one thread per worker (the default) is reproducible.
+    os.environ["ANTS_RANDOM_SEED"] = str(settings.random_seed)
     kind = "Affine" if settings.transform == "affine" else "SyN"
     result = ants.registration(
         fixed=fixed,
