@@ -239,7 +239,9 @@ def run_demo(settings: DemoSettings, log: Callable[[str], None] = print) -> Path
              f"Synthetic ADNI-like cohort of {settings.subjects} subjects (seed "
              f"{settings.seed}), preprocessing: **{settings.preprocessing}**, "
              f"{settings.epochs} epochs per method. Small data and a small budget: the numbers "
-             "show the workflow, not the methods' accuracy.", "",
+             "show the workflow, not the methods' accuracy (a dozen test subjects; see "
+             "\"Demo\" in docs/training.md of adni-pu, and benchmarks/demo_cohort.py for "
+             "a comparison on 240 subjects over seeds).", "",
              "## Results on the test subjects", "",
              "Point estimate [95 % CI, percentile bootstrap over subjects, 1000 resamples].", "",
              "| method | " + " | ".join(m.replace("_", " ") for m in METRICS)
