@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from adni_pu.config import atomic_write_text  # noqa: E402 - light; after the path above
+
 RESULTS = REPO / "benchmarks" / "results"
 METHODS = ("naive", "upu", "nnpu", "selfpu")
 # The generator settings of this benchmark's cohort: the demo's layout (3 mm, one scan per
@@ -58,7 +59,7 @@ def prepare(args: argparse.Namespace) -> None:
     info = {"subjects": args.subjects, "cohort_seed": args.cohort_seed, "summary": str(summary),
             "preprocessing": note, "seconds": round(time.perf_counter() - tic, 1),
             "workers": args.workers, "synth": BENCH_SYNTH}
-    (settings.out / "prepared.json").write_text(json.dumps(info, indent=2) + "\n")
+    atomic_write_text(settings.out / "prepared.json", json.dumps(info, indent=2) + "\n")
     print(json.dumps(info, indent=2))
 
 
@@ -105,9 +106,7 @@ def run(args: argparse.Namespace) -> None:
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{args.name}-{args.method}-seed{args.seed}.json"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(out, indent=2, default=str) + "\n")
-    tmp.replace(path)
+    atomic_write_text(path, json.dumps(out, indent=2, default=str) + "\n")
     m = record["metrics"]
     print(f"{args.method} seed {args.seed}: acc {m['accuracy']['value']:.3f} "
           f"bacc {m['balanced_accuracy']['value']:.3f} auc {m['auc']['value']:.3f} "
@@ -129,7 +128,19 @@ def _oracle_line(synth_dir: Path) -> str:
             f"{synth_dir} (AUC): " + ", ".join(parts) + ".")
 
 
+def cell(values: list[float]) -> str:
+    """Mean (sample std) in percent; the bare value for a single seed."""
+    from adni_pu.pu.metrics import summarise
+
+    s = summarise(values)
+    if s["n"] < 2:
+        return f"{100 * s['mean']:.1f}"
+    return f"{100 * s['mean']:.1f} ({100 * s['std']:.1f})"
+
+
 def table(args: argparse.Namespace) -> None:
+    from adni_pu.pu.metrics import summarise
+
     rows = ["| method | seeds | accuracy | balanced accuracy | AUC | sensitivity | specificity "
             "| AUC vs latent truth | s/run |", "|---|---|---|---|---|---|---|---|---|"]
     for method in METHODS:
@@ -137,24 +148,18 @@ def table(args: argparse.Namespace) -> None:
         if not files:
             continue
         recs = [json.loads(f.read_text())["result"] for f in files]
-
-        def cell(values: list[float]) -> str:
-            if len(values) < 2:
-                return f"{100 * values[0]:.1f}"
-            return f"{100 * statistics.mean(values):.1f} ({100 * statistics.stdev(values):.1f})"
-
         metric = [cell([r["metrics"][k]["value"] for r in recs]) for k in (
             "accuracy", "balanced_accuracy", "auc", "sensitivity", "specificity")]
         rows.append(f"| {method} | {len(recs)} | " + " | ".join(metric)
                     + f" | {cell([r['auc_latent'] for r in recs])} | "
-                    f"{statistics.mean(r['seconds'] for r in recs):.0f} |")
+                    f"{summarise([r['seconds'] for r in recs])['mean']:.0f} |")
     text = (f"# {args.name}: test split, mean (std) over seeds, %\n\n" + "\n".join(rows)
             + _oracle_line(args.work / "synth")
             + "\n\nFrom `python benchmarks/demo_cohort.py table --name " + args.name
             + "` over benchmarks/results/" + args.name + "-*.json (each file has its command, "
             "settings and machine).\n")
     path = RESULTS / f"{args.name}-table.md"
-    path.write_text(text)
+    atomic_write_text(path, text)
     print(text)
 
 

@@ -82,6 +82,7 @@ def main() -> None:
 
     import torch
 
+    from adni_pu.config import atomic_write_text
     from adni_pu.data.volumes import VolumeDataConfig, build_volume_dataset, collate_volumes
     from adni_pu.models.cnn3d import build_cnn3d
     from adni_pu.provenance import provenance
@@ -192,9 +193,7 @@ def main() -> None:
     result["provenance"] = provenance()
     print("end to end", result["end_to_end"], "data path share", result["data_path_share"])
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=2) + "\n")
-    tmp.replace(args.out)
+    atomic_write_text(args.out, json.dumps(result, indent=2) + "\n")
     print(f"wrote {args.out}")
 
 
