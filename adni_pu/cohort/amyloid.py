@@ -32,6 +32,7 @@ from adni_pu.cohort.tables import (
     _missing,
     _report_bad,
     apply,
+    is_rid,
     normalise_subject_id,
     parse_dates,
     parse_numbers,
@@ -224,7 +225,7 @@ def _qc_passes(raw: pd.DataFrame, out: pd.DataFrame, col: str, passing: list[int
         quality.add("amyloid_qc_excluded", table, len(index),
                     f"PET rows with {col} {flag}{meaning.get(flag, '')}; used: {passing} "
                     "(amyloid.qc_pass)", "measure left out",
-                    [f"line {r}: {s} {d:%Y-%m-%d}" for r, s, d in zip(
+                    [f"line {r}: {'RID ' if is_rid(s) else ''}{s} {d:%Y-%m-%d}" for r, s, d in zip(
                         raw.loc[index, "_row"], out.loc[index, "subject_id"],
                         out.loc[index, "date"])])
     return ok
