@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from adni_pu.cli.app import app
-from adni_pu.cohort import CohortInputError, build_cohort, load_cohort_config
+from adni_pu.cohort import CohortInputError, build_cohort, load_cohort_config, write_cohort
 from adni_pu.cohort.amyloid import add_centiloids, normalise_tracer
 from adni_pu.cohort.config import BERKELEY_CENTILOID
 from adni_pu.cohort.quality import QualityReport
@@ -181,6 +181,23 @@ def test_centiloid_preset(tables):
                                           "labels.centiloid_truth_cutoff=40",
                                           preset="centiloid"), amyloid=EXAMPLE)
     assert per_subject(strict, "truth")["2"] == 0 and per_subject(strict, "truth")["4"] == 1
+    # A tracer left out of matching.tracer_priority is reported, not dropped silently.
+    ranked = build_cohort(*tables, config('matching.tracer_priority=["AV45", "FBB"]',
+                                          preset="centiloid"), amyloid=EXAMPLE)
+    assert ranked.quality.count("tracer_not_in_priority") == 1
+    assert pd.isna(per_subject(ranked, "truth")["4"])
+
+
+def test_centiloid_report_and_saved_settings(tmp_path, tables):
+    cohort = build_cohort(*tables, config(preset="centiloid"), amyloid=EXAMPLE)
+    paths = write_cohort(cohort, tmp_path / "cohort")
+    text = paths["report"].read_text()
+    assert "20 CL (every tracer)" in text and "AV45: CL = 188.22 x SUVR -189.16" in text
+    assert paths["histogram"].read_bytes()[:4] == b"\x89PNG"
+    again = load_cohort_config(tmp_path / "cohort" / "cohort_config.toml")
+    assert again.labels.scale == "centiloid" and again.amyloid == cohort.config.amyloid
+    rebuilt = build_cohort(*tables, again, amyloid=EXAMPLE)
+    pd.testing.assert_frame_equal(rebuilt.manifest, cohort.manifest)
 
 
 def test_centiloid_preset_refuses_pib_without_conversion(tmp_path, tables):

@@ -216,6 +216,13 @@ def build_cohort(
     measures = combine_measures(measures, tables, cfg.amyloid, quality, f"clinical ({clin_name})")
     measures = on_scale(add_centiloids(measures, cfg.amyloid.centiloid_conversions), cfg.labels,
                         quality)
+    unranked = ~measures["tracer"].isin(cfg.matching.tracer_priority)
+    quality.add("tracer_not_in_priority", "amyloid", int(unranked.sum()),
+                f"measures of tracers missing from matching.tracer_priority "
+                f"{cfg.matching.tracer_priority}", "not paired with any scan",
+                [f"{s} {t}" for s, t in zip(measures.loc[unranked, "subject_id"],
+                                            measures.loc[unranked, "tracer"])])
+    measures = measures.loc[~unranked]
     if measures.empty and not cfg.labels.diagnosis_only:
         raise CohortInputError(_no_amyloid_message(clin_name, used_clin, amyloid_sources, cfg,
                                                    quality))
