@@ -75,6 +75,9 @@ def test_berkeley_6mm_table_by_date_with_qc_and_precedence(tables):
     # A PET scan 507 days from the MRI is outside the 365-day window.
     assert pd.isna(truth["6"]) and cohort.quality.count("amyloid_outside_window") == 1
     assert truth["7"] == 1 and truth["8"] == 1                       # 1.12, 1.10 >= 1.08
+    # Berkeley's own status (florbetapir cut-off 1.11) differs for 1.10: reported, rule kept.
+    differs = next(i for i in cohort.quality if i.kind == "amyloid_status_differs")
+    assert differs.count == 1 and "011_S_0008" in differs.examples[0]
     assert pu["9"] == 1 and pd.isna(truth["9"])                      # AD, no PET
 
     pooled = build_cohort(*tables, config("amyloid.precedence=\"pooled\""), amyloid=EXAMPLE)
@@ -174,6 +177,7 @@ def test_centiloid_preset(tables):
     assert truth["8"] == 0 and pu["8"] == 0                          # 17.9 < 20 (SUVR 1.10)
     assert per_subject(cohort, "label_reason")["7"] == "AV45 CL 21.6 >= 20"
     assert cohort.quality.count("tracer_without_cutoff") == 0
+    assert cohort.quality.count("amyloid_status_differs") == 0       # 20 CL agrees here
     m = cohort.manifest.set_index("subject_id")
     assert m.at["011_S_0004", "subject_centiloid"] == 41.0
     # The threshold is a setting.

@@ -99,7 +99,7 @@ def _numbers(raw: pd.DataFrame, col: str, table: str, quality: QualityReport,
         raise CohortInputError(f"{table}: column {col}: expected {what}, found {shown} "
                                "(no value in the column is a number)")
     _report_bad(quality, "unparseable_number", table, raw, bad, col,
-                "values that are not numbers", "measure left out")
+                "values that are not numbers", "treated as missing")
     return values, bad
 
 
@@ -344,3 +344,27 @@ def on_scale(measures: pd.DataFrame, labels: LabelSettings,
                             rows["subject_id"], rows["tracer"], rows["suvr"])])
             out = out.loc[~blind]
     return out.reset_index(drop=True)
+
+
+def compare_status(measures: pd.DataFrame, labels: LabelSettings, quality: QualityReport) -> None:
+    """Report measures whose Berkeley ``AMYLOID_STATUS`` differs from the truth rule.
+
+    Berkeley's status uses its own tracer cut-offs, so e.g. florbetapir 1.08-1.11 is
+    positive under the paper preset and negative in the table; the rule is kept.
+    """
+    from adni_pu.cohort.labels import cutoffs
+
+    rows = []
+    for subject, tracer, value, status, date in zip(
+            measures["subject_id"], measures["tracer"], measures["value"],
+            measures["status"], measures["date"]):
+        truth_cut = cutoffs(labels, tracer)[1]
+        if pd.isna(status) or truth_cut is None or status not in (0, 1):
+            continue
+        if int(value >= truth_cut) != int(status):
+            rows.append(f"{subject} {date:%Y-%m-%d} {tracer} {value:g}: AMYLOID_STATUS "
+                        f"{int(status)}, rule {int(value >= truth_cut)}")
+    unit = "CL" if labels.scale == "centiloid" else "SUVR"
+    quality.add("amyloid_status_differs", "amyloid", len(rows),
+                f"measures whose table AMYLOID_STATUS differs from the truth cut-off ({unit})",
+                "the rule's cut-off is used (AMYLOID_STATUS is not)", rows, severity="info")

@@ -21,7 +21,13 @@ import numpy as np
 import pandas as pd
 
 from adni_pu import config as _config
-from adni_pu.cohort.amyloid import add_centiloids, combine_measures, load_amyloid_tables, on_scale
+from adni_pu.cohort.amyloid import (
+    add_centiloids,
+    combine_measures,
+    compare_status,
+    load_amyloid_tables,
+    on_scale,
+)
 from adni_pu.cohort.config import CohortConfig
 from adni_pu.cohort.labels import label_subjects
 from adni_pu.cohort.matching import attach_visits, clinical_measures, match_amyloid, match_visits
@@ -216,6 +222,7 @@ def build_cohort(
     measures = combine_measures(measures, tables, cfg.amyloid, quality, f"clinical ({clin_name})")
     measures = on_scale(add_centiloids(measures, cfg.amyloid.centiloid_conversions), cfg.labels,
                         quality)
+    compare_status(measures, cfg.labels, quality)
     unranked = ~measures["tracer"].isin(cfg.matching.tracer_priority)
     quality.add("tracer_not_in_priority", "amyloid", int(unranked.sum()),
                 f"measures of tracers missing from matching.tracer_priority "
