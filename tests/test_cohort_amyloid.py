@@ -192,6 +192,11 @@ def test_centiloid_preset(tables):
     assert pd.isna(per_subject(ranked, "truth")["4"])
 
 
+def test_centiloid_preset_is_listed():
+    result = runner.invoke(app, ["cohort", "presets"])
+    assert result.exit_code == 0 and "centiloid" in result.output and "20 Centiloids" in result.output
+
+
 def test_centiloid_report_and_saved_settings(tmp_path, tables):
     cohort = build_cohort(*tables, config(preset="centiloid"), amyloid=EXAMPLE)
     paths = write_cohort(cohort, tmp_path / "cohort")
