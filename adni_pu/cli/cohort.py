@@ -20,31 +20,61 @@ def build(
     out: Annotated[Path, typer.Option(help="output folder")],
     config: Annotated[Optional[Path], typer.Option(help="TOML settings file")] = None,  # noqa: UP045
     preset: Annotated[Optional[str], typer.Option(  # noqa: UP045
-        help="paper (default), published-code or tracer-cutoffs")] = None,
-    amyloid: Annotated[Optional[Path], typer.Option(  # noqa: UP045
-        help="extra amyloid table subject,date,tracer,suvr (e.g. SUVRs from PET images)")] = None,
+        help="paper (default), published-code, tracer-cutoffs or centiloid")] = None,
+    amyloid: Annotated[Optional[list[Path]], typer.Option(  # noqa: UP045
+        help="amyloid table, repeatable: UC Berkeley UCBERKELEY_AMY_6MM_<date>.csv, "
+             "UCBERKELEYAV45/FBB_<date>.csv, or subject,date,tracer,suvr (e.g. SUVRs from "
+             "PET images); used before the clinical table's AV45/FBB/PIB "
+             "(amyloid.precedence)")] = None,
     set_: Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
         "--set", help="override a setting, e.g. --set matching.amyloid_window_days=180")] = None,
 ) -> None:
     """Match scans to visits and amyloid measures, label subjects, split them, write files."""
     from adni_pu.cohort import CohortInputError, build_cohort, load_cohort_config, write_cohort
+    from adni_pu.cohort.manifest import check_out_dir
     from adni_pu.config import ConfigError
 
     try:
+        check_out_dir(out)
         cfg = load_cohort_config(config, set_ or [], preset)
-        cohort = build_cohort(clinical, scans, cfg, amyloid=amyloid)
+        cohort = build_cohort(clinical, scans, cfg, amyloid=list(amyloid or []))
+        paths = write_cohort(cohort, out)
     except (ConfigError, CohortInputError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
-    paths = write_cohort(cohort, out)
+    except OSError as exc:
+        typer.echo(f"error: --out {out}: cannot write the cohort files ({exc})", err=True)
+        raise typer.Exit(2) from exc
     from adni_pu.cohort import counts_table
 
     table = counts_table(cohort.manifest)
     typer.echo(table.to_string(index=False))
-    if len(cohort.quality):
-        typer.echo(f"{len(cohort.quality)} data-quality issue(s); see {paths['report']}")
+    _echo_issues(cohort.quality, paths)
     typer.echo(f"manifest: {paths['manifest']}")
     typer.echo(f"report: {paths['report']}")
+    typer.echo(f"next: read {paths['report'].name}, then adni-pu train --manifest "
+               f"{paths['manifest']} --out runs/selfpu")
+
+
+#: How many data-quality issues `cohort build` prints (the rest are in the report).
+SHOWN_ISSUES = 5
+
+
+def _echo_issues(quality, paths: dict[str, Path]) -> None:
+    """Print the most severe data-quality issues, each on one line, and where the rest are."""
+    if not len(quality):
+        typer.echo("no data-quality issue found")
+        return
+    rank = {"error": 0, "warning": 1, "info": 2}
+    issues = sorted(quality, key=lambda i: (rank.get(i.severity, 3), -i.count))
+    typer.echo(f"{len(issues)} data-quality issue(s), most severe first:")
+    for issue in issues[:SHOWN_ISSUES]:
+        example = f" (e.g. {issue.examples[0]})" if issue.examples else ""
+        typer.echo(f"  {issue.severity} {issue.kind}: {issue.count} {issue.message} in "
+                   f"{issue.table}; {issue.action}{example}")
+    more = len(issues) - SHOWN_ISSUES
+    typer.echo(("  ... and " + str(more) + " more; all" if more > 0 else "  all")
+               + f" with examples in {paths['quality']} and {paths['report']}")
 
 
 @cohort_app.command("report")

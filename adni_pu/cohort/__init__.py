@@ -10,9 +10,11 @@ Library first; the CLI (``adni-pu cohort build|report``) only calls these::
 See docs/cohort.md for the inputs, the presets and settings, and the manifest schema.
 """
 
+from adni_pu.cohort.amyloid import load_amyloid_tables, read_amyloid_table
 from adni_pu.cohort.config import (
     PRESET_DESCRIPTIONS,
     PRESETS,
+    AmyloidSettings,
     CohortConfig,
     LabelSettings,
     MatchingSettings,
@@ -41,12 +43,13 @@ from adni_pu.cohort.suvr import CORTICAL_COMPOSITE, SuvrError, compute_suvr, suv
 from adni_pu.cohort.tables import normalise_diagnosis, normalise_subject_id, normalise_visit
 
 __all__ = [
-    "CORTICAL_COMPOSITE", "MANIFEST_COLUMNS", "PRESETS", "PRESET_DESCRIPTIONS", "Cohort",
-    "CohortConfig", "CohortInputError", "Issue", "LabelSettings", "LeakageError",
-    "MatchingSettings", "QualityReport", "SplitSettings", "SuvrError",
-    "assert_manifest_no_leakage", "assert_no_leakage", "assign_splits", "build_cohort",
-    "check_manifest_splits", "class_prior_table", "compute_suvr", "counts_table", "kfold",
-    "load_cohort_config", "normalise_diagnosis", "normalise_subject_id", "normalise_visit",
+    "AmyloidSettings", "CORTICAL_COMPOSITE", "MANIFEST_COLUMNS", "PRESETS",
+    "PRESET_DESCRIPTIONS", "Cohort", "CohortConfig", "CohortInputError", "Issue",
+    "LabelSettings", "LeakageError", "MatchingSettings", "QualityReport", "SplitSettings",
+    "SuvrError", "assert_manifest_no_leakage", "assert_no_leakage", "assign_splits",
+    "build_cohort", "check_manifest_splits", "class_prior_table", "compute_suvr",
+    "counts_table", "kfold", "load_amyloid_tables", "load_cohort_config",
+    "normalise_diagnosis", "normalise_subject_id", "normalise_visit", "read_amyloid_table",
     "read_manifest", "render_report", "report_from_path", "suvr_table", "write_cohort",
     "write_manifest",
 ]

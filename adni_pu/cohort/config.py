@@ -19,6 +19,13 @@ from adni_pu import config as _config
 
 #: Amyloid tracers known to the builder (ADNIMERGE column names).
 TRACERS: tuple[str, ...] = ("AV45", "FBB", "PIB")
+#: Tracers an amyloid measure may carry: ADNIMERGE's three, plus NAV (NAV4694), which only
+#: the UC Berkeley tables (``--amyloid``) carry. Florbetapir is AV45 (Berkeley: FBP).
+MEASURE_TRACERS: tuple[str, ...] = (*TRACERS, "NAV")
+#: UC Berkeley whole-cerebellum SUVR -> Centiloid conversions (slope, intercept), from the
+#: ADNI document "Instructions for converting ADNI processing results to Centiloids"
+#: (UC Berkeley / Jagust lab, on LONI IDA); see docs/cohort.md.
+BERKELEY_CENTILOID: dict[str, list[float]] = {"AV45": [188.22, -189.16], "FBB": [157.15, -151.87]}
 
 
 @dataclass
@@ -74,7 +81,7 @@ class MatchingSettings:
         default_factory=lambda: {"sc": ["bl"], "scmri": ["bl", "sc"], "bl": ["sc", "scmri"]}
     )
     # When two measures are equally near, the tracer listed first wins.
-    tracer_priority: list[str] = field(default_factory=lambda: list(TRACERS))
+    tracer_priority: list[str] = field(default_factory=lambda: list(MEASURE_TRACERS))
     # summary.csv status values whose scans are usable; other rows are excluded (reported).
     usable_statuses: list[str] = field(default_factory=lambda: ["done", "skipped"])
 
@@ -85,9 +92,10 @@ class MatchingSettings:
                 f"{self.amyloid_window_days}, visit_window_days={self.visit_window_days}"
             )
         self.tracer_priority = [t.upper() for t in self.tracer_priority]
-        unknown = sorted(set(self.tracer_priority) - set(TRACERS))
+        unknown = sorted(set(self.tracer_priority) - set(MEASURE_TRACERS))
         if unknown:
-            raise ValueError(f"tracer_priority: unknown tracer(s) {unknown}; expected {TRACERS}")
+            raise ValueError(
+                f"tracer_priority: unknown tracer(s) {unknown}; expected {MEASURE_TRACERS}")
         aliases: dict[str, list[str]] = {}
         for key, value in self.visit_aliases.items():
             if isinstance(value, str):
@@ -102,8 +110,9 @@ def _check_cutoffs(name: str, cutoffs: dict[str, Any]) -> dict[str, float]:
     out: dict[str, float] = {}
     for key, value in cutoffs.items():
         tracer = str(key).upper()
-        if tracer not in TRACERS:
-            raise ValueError(f"{name}: unknown tracer {key!r}; expected some of {list(TRACERS)}")
+        if tracer not in MEASURE_TRACERS:
+            raise ValueError(
+                f"{name}: unknown tracer {key!r}; expected some of {list(MEASURE_TRACERS)}")
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
             raise ValueError(f"{name}.{key}: expected a positive SUVR, found {value!r}")
         out[tracer] = float(value)
@@ -121,6 +130,11 @@ class LabelSettings:
     in [hidden cut-off, label cut-off) as hidden positives. The truth is amyloid status:
     1 if a measure is at or above ``truth_cutoffs[tracer]``, 0 if all are below, empty
     without a measure.
+
+    With ``scale = "centiloid"`` the measures are Centiloids (the table's own, or SUVRs
+    converted by ``amyloid.centiloid_conversions``) and the ``centiloid_*`` cut-offs apply
+    to every tracer alike. ``diagnosis_only = true`` labels by diagnosis alone (amyloid is
+    then used for the truth only, and may be missing altogether).
     """
 
     positive_diagnoses: list[str] = field(default_factory=lambda: ["AD", "Dementia"])
@@ -136,8 +150,22 @@ class LabelSettings:
     diagnosis_scope: Literal["any-visit", "scanned-visits", "baseline"] = "any-visit"
     # Which amyloid measures count: those paired with one of the subject's scans, or all.
     amyloid_scope: Literal["paired", "any"] = "paired"
+    # What the cut-offs compare: per-tracer SUVRs or tracer-agnostic Centiloids.
+    scale: Literal["suvr", "centiloid"] = "suvr"
+    centiloid_label_cutoff: float = 20.0
+    centiloid_truth_cutoff: float = 20.0
+    # Lower end of the hidden-positive band in Centiloids (none by default).
+    centiloid_hidden_positive_cutoff: float | None = None
+    # Label by diagnosis alone: no amyloid measure makes a labelled positive, and a table
+    # without any amyloid measure is accepted (truth then unknown where there is none).
+    diagnosis_only: bool = False
 
     def __post_init__(self) -> None:
+        low = self.centiloid_hidden_positive_cutoff
+        if low is not None and low >= self.centiloid_label_cutoff:
+            raise ValueError(
+                f"labels.centiloid_hidden_positive_cutoff={low}: expected below "
+                f"labels.centiloid_label_cutoff={self.centiloid_label_cutoff}")
         self.label_cutoffs = _check_cutoffs("labels.label_cutoffs", self.label_cutoffs)
         self.truth_cutoffs = _check_cutoffs("labels.truth_cutoffs", self.truth_cutoffs)
         self.hidden_positive_cutoffs = _check_cutoffs(
@@ -149,6 +177,40 @@ class LabelSettings:
                     f"labels.hidden_positive_cutoffs.{tracer}={low}: expected below "
                     f"labels.label_cutoffs.{tracer}={high}"
                 )
+
+
+@dataclass
+class AmyloidSettings:
+    """How amyloid tables (``--amyloid``, e.g. UC Berkeley's) are read and combined."""
+
+    # qc_flag values whose rows are used. UC Berkeley tables: 2 pass, 1 partial pass,
+    # 0 fail, -1 not assessed. Rows with another or an empty qc_flag are left out and
+    # reported; a table without a qc_flag column is used as it is.
+    qc_pass: list[int] = field(default_factory=lambda: [2])
+    # With --amyloid tables: "tables-first" uses a subject's table measures instead of the
+    # clinical table's AV45/FBB/PIB (copies dated by the visit, not the scan) and keeps the
+    # clinical ones for subjects the tables lack; "tables-only" ignores the clinical
+    # table's amyloid columns; "pooled" uses both.
+    precedence: Literal["tables-first", "tables-only", "pooled"] = "tables-first"
+    # SUVR -> Centiloid per tracer, [slope, intercept], for measures without a Centiloid
+    # of their own (labels.scale = "centiloid"). No PIB or NAV conversion by default.
+    centiloid_conversions: dict[str, list[float]] = field(
+        default_factory=lambda: copy.deepcopy(BERKELEY_CENTILOID))
+
+    def __post_init__(self) -> None:
+        out: dict[str, list[float]] = {}
+        for key, value in self.centiloid_conversions.items():
+            tracer = str(key).upper()
+            if tracer not in MEASURE_TRACERS:
+                raise ValueError(f"amyloid.centiloid_conversions: unknown tracer {key!r}; "
+                                 f"expected some of {list(MEASURE_TRACERS)}")
+            if (not isinstance(value, (list, tuple)) or len(value) != 2
+                    or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                               for v in value) or value[0] <= 0):
+                raise ValueError(f"amyloid.centiloid_conversions.{key}: expected [slope, "
+                                 f"intercept] with a positive slope, found {value!r}")
+            out[tracer] = [float(value[0]), float(value[1])]
+        self.centiloid_conversions = out
 
 
 @dataclass
@@ -204,6 +266,7 @@ class CohortConfig:
     scan_columns: ScanColumns = field(default_factory=ScanColumns)
     matching: MatchingSettings = field(default_factory=MatchingSettings)
     labels: LabelSettings = field(default_factory=LabelSettings)
+    amyloid: AmyloidSettings = field(default_factory=AmyloidSettings)
     split: SplitSettings = field(default_factory=SplitSettings)
     output: OutputSettings = field(default_factory=OutputSettings)
     # Report scan files that do not exist (they are kept: the manifest may be built on
@@ -238,6 +301,14 @@ PRESETS: dict[str, dict[str, Any]] = {
         "hidden_positive_cutoffs": {},
         "truth_cutoffs": {"AV45": 1.11, "FBB": 1.08, "PIB": 1.5},
     },
+    "centiloid": {
+        "positive_diagnoses": ["AD", "Dementia"],
+        "include_diagnoses": [],
+        "hidden_positive_cutoffs": {},
+        "scale": "centiloid",
+        "centiloid_label_cutoff": 20.0,
+        "centiloid_truth_cutoff": 20.0,
+    },
 }
 
 PRESET_DESCRIPTIONS: dict[str, str] = {
@@ -245,6 +316,8 @@ PRESET_DESCRIPTIONS: dict[str, str] = {
     "published-code": "published code: CN and AD subjects only; SUVR >= 1.18 labelled, "
                       "1.08-1.18 hidden positives",
     "tracer-cutoffs": "per-tracer cut-offs: AV45 1.11, FBB 1.08, PIB 1.5",
+    "centiloid": "tracer-agnostic: AD/Dementia on file or >= 20 Centiloids labelled "
+                 "(Berkeley SUVR conversions for AV45/FBB)",
 }
 
 

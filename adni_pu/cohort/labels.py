@@ -20,7 +20,7 @@ from adni_pu.cohort.quality import QualityReport
 SUBJECT_COLUMNS = (
     "subject_id", "included", "exclusion", "dx_bl", "dx_bl_raw", "sex", "age",
     "positive_dx", "pu_label", "hidden_positive", "truth", "label_reason",
-    "amyloid_suvr", "amyloid_tracer", "n_amyloid",
+    "amyloid_suvr", "amyloid_tracer", "n_amyloid", "amyloid_centiloid",
 )
 
 
@@ -67,6 +67,33 @@ def _diagnoses_in_scope(group: list[dict], scanned: set[str], scope: str) -> lis
     return out
 
 
+def cutoffs(settings: LabelSettings, tracer: str) -> tuple[float | None, float | None,
+                                                         float | None]:
+    """(label, truth, hidden-positive) cut-offs for one tracer on the settings' scale.
+
+    The label cut-off is ``None`` under ``diagnosis_only`` (amyloid makes no label).
+    """
+    if settings.scale == "centiloid":
+        label, truth = settings.centiloid_label_cutoff, settings.centiloid_truth_cutoff
+        hidden = settings.centiloid_hidden_positive_cutoff
+    else:
+        label = settings.label_cutoffs.get(tracer)
+        truth = settings.truth_cutoffs.get(tracer)
+        hidden = settings.hidden_positive_cutoffs.get(tracer)
+    if settings.diagnosis_only:
+        label, hidden = None, None
+    return label, truth, hidden
+
+
+def _num(value: Any) -> float | None:
+    """A float, or None for a missing value (so equal measures compare equal in a set)."""
+    return None if value is None or pd.isna(value) else float(value)
+
+
+def _nan(value: float | None) -> float:
+    return np.nan if value is None else value
+
+
 def _empty(value: Any) -> bool:
     return value is None or (not isinstance(value, str) and pd.isna(value))
 
@@ -81,10 +108,13 @@ def label_subjects(
 ) -> pd.DataFrame:
     """One row per subject: inclusion, ``pu_label``, ``hidden_positive``, ``truth``, why.
 
-    ``scans`` are the usable, matched scans (with ``visit``, ``suvr``, ``tracer``,
-    ``suvr_date``); ``measures`` every amyloid measure (used when ``amyloid_scope`` is
-    ``any``).
+    ``scans`` are the usable, matched scans (with ``visit``, ``suvr``, ``centiloid``,
+    ``tracer``, ``suvr_date``); ``measures`` every amyloid measure (used when
+    ``amyloid_scope`` is ``any``). The cut-offs compare SUVRs or Centiloids
+    (``settings.scale``).
     """
+    column = "centiloid" if settings.scale == "centiloid" else "suvr"
+    unit = "CL" if settings.scale == "centiloid" else "SUVR"
     positive = _norm(settings.positive_diagnoses)
     include = _norm(settings.include_diagnoses)
     visits_by: dict[str, list[dict]] = {}
@@ -92,17 +122,21 @@ def label_subjects(
         visits_by.setdefault(rec["subject_id"], []).append(rec)
     scanned_by: dict[str, set[str]] = {}
     paired_by: dict[str, set[tuple]] = {}
-    for subject, visit, tracer, suvr, date in zip(scans["subject_id"], scans["visit"],
-                                                  scans["tracer"], scans["suvr"],
-                                                  scans["suvr_date"]):
+    for subject, visit, tracer, value, suvr, cl, date in zip(
+            scans["subject_id"], scans["visit"], scans["tracer"], scans[column], scans["suvr"],
+            scans["centiloid"], scans["suvr_date"]):
         if isinstance(visit, str):
             scanned_by.setdefault(subject, set()).add(visit)
-        if pd.notna(suvr):
-            paired_by.setdefault(subject, set()).add((tracer, float(suvr), date))
+        if pd.notna(value):
+            paired_by.setdefault(subject, set()).add(
+                (tracer, float(value), date, _num(suvr), _num(cl)))
     measures_by: dict[str, list[tuple]] = {}
-    for subject, tracer, suvr, date in zip(measures["subject_id"], measures["tracer"],
-                                           measures["suvr"], measures["date"]):
-        measures_by.setdefault(subject, []).append((tracer, float(suvr), date))
+    for subject, tracer, value, suvr, cl, date in zip(
+            measures["subject_id"], measures["tracer"], measures[column], measures["suvr"],
+            measures["centiloid"], measures["date"]):
+        if pd.notna(value):
+            measures_by.setdefault(subject, []).append(
+                (tracer, float(value), date, _num(suvr), _num(cl)))
     rows = []
     bl_conflicts, no_cutoff = [], []
     for subject in subject_ids:
@@ -134,22 +168,22 @@ def label_subjects(
         else:
             found = measures_by.get(subject, [])
         label_hit, hidden, truth_pos, truth_known = None, False, False, False
-        best_ratio, best = -np.inf, (np.nan, None)
-        for tracer, suvr, _date in found:
-            label_cut = settings.label_cutoffs.get(tracer)
-            truth_cut = settings.truth_cutoffs.get(tracer)
-            hidden_cut = settings.hidden_positive_cutoffs.get(tracer)
-            if label_cut is None or truth_cut is None:
-                no_cutoff.append(f"{subject}: {tracer} {suvr:.3f}")
-            if label_cut is not None and suvr >= label_cut and label_hit is None:
-                label_hit = f"{tracer} SUVR {suvr:.3f} >= {label_cut:g}"
-            if hidden_cut is not None and label_cut is not None and hidden_cut <= suvr < label_cut:
+        best_score, best = -np.inf, (np.nan, None, np.nan)
+        for tracer, value, _date, suvr, cl in found:
+            label_cut, truth_cut, hidden_cut = cutoffs(settings, tracer)
+            if truth_cut is None or (label_cut is None and not settings.diagnosis_only):
+                no_cutoff.append(f"{subject}: {tracer} {value:.3f}")
+            if label_cut is not None and value >= label_cut and label_hit is None:
+                label_hit = f"{tracer} {unit} {value:.{1 if unit == 'CL' else 3}f} >= {label_cut:g}"
+            if hidden_cut is not None and label_cut is not None and hidden_cut <= value < label_cut:
                 hidden = True
             if truth_cut is not None:
                 truth_known = True
-                truth_pos = truth_pos or suvr >= truth_cut
-                if suvr / truth_cut > best_ratio:
-                    best_ratio, best = suvr / truth_cut, (float(suvr), tracer)
+                truth_pos = truth_pos or value >= truth_cut
+                # The deciding measure: highest SUVR relative to its cut-off, highest CL.
+                score = value - truth_cut if unit == "CL" else value / truth_cut
+                if score > best_score:
+                    best_score, best = score, (_nan(suvr), tracer, _nan(cl))
         pu = bool(dx_hits) or label_hit is not None
         reasons = [f"{dx_hits[0][0]} ({dx_hits[0][1]})"] if dx_hits else []
         if label_hit:
@@ -160,6 +194,7 @@ def label_subjects(
             "truth": (1 if truth_pos else 0) if truth_known else pd.NA,
             "label_reason": "; ".join(reasons) or None,
             "amyloid_suvr": best[0], "amyloid_tracer": best[1], "n_amyloid": int(len(found)),
+            "amyloid_centiloid": best[2],
         })
         rows.append(row)
     quality.add("conflicting_baseline_diagnosis", "clinical", len(bl_conflicts),
@@ -167,7 +202,8 @@ def label_subjects(
                 bl_conflicts)
     quality.add("tracer_without_cutoff", "labels", len(no_cutoff),
                 "amyloid measures of a tracer with no label or truth cut-off set",
-                "not used for that decision; set labels.label_cutoffs / truth_cutoffs",
+                "not used for that decision; set labels.label_cutoffs / truth_cutoffs "
+                "(or use --preset centiloid)",
                 no_cutoff)
     out = pd.DataFrame(rows, columns=list(SUBJECT_COLUMNS))
     out["truth"] = out["truth"].astype("Int64")

@@ -21,19 +21,26 @@ import numpy as np
 import pandas as pd
 
 from adni_pu import config as _config
+from adni_pu.cohort.amyloid import (
+    add_centiloids,
+    combine_measures,
+    compare_status,
+    load_amyloid_tables,
+    on_scale,
+)
 from adni_pu.cohort.config import CohortConfig
 from adni_pu.cohort.labels import label_subjects
 from adni_pu.cohort.matching import attach_visits, clinical_measures, match_amyloid, match_visits
 from adni_pu.cohort.quality import CohortInputError, QualityReport
 from adni_pu.cohort.splits import assign_splits, check_manifest_splits
-from adni_pu.cohort.tables import _missing, apply, is_rid, load_amyloid, load_clinical, load_scans
+from adni_pu.cohort.tables import _missing, apply, is_rid, load_clinical, load_scans
 
 #: Manifest columns, in order (docs/cohort.md describes each).
 MANIFEST_COLUMNS: tuple[str, ...] = (
     "subject_id", "session_id", "scan_id", "scan_path", "pu_label", "truth", "split", "fold",
     "hidden_positive", "dx", "dx_bl", "label_reason", "suvr", "tracer", "suvr_date",
     "suvr_gap_days", "subject_suvr", "subject_tracer", "visit", "visit_match",
-    "visit_gap_days", "age", "sex", "examdate", "scan_date",
+    "visit_gap_days", "age", "sex", "examdate", "scan_date", "centiloid", "subject_centiloid",
 )
 EXCLUDED_COLUMNS: tuple[str, ...] = ("line", "subject", "session", "scan_path", "reason")
 _DATE_COLUMNS = ("suvr_date", "examdate", "scan_date")
@@ -76,21 +83,32 @@ def _describe_input(source: Any) -> dict[str, Any]:
     return {"path": None, "note": "in-memory DataFrame"}
 
 
+AmyloidSource = str | Path | pd.DataFrame
+
+
 def build_cohort(
     clinical: str | Path | pd.DataFrame,
     scans: str | Path | pd.DataFrame,
     config: CohortConfig | None = None,
-    amyloid: str | Path | pd.DataFrame | None = None,
+    amyloid: AmyloidSource | list[AmyloidSource] | tuple[AmyloidSource, ...] | None = None,
 ) -> Cohort:
     """Turn a clinical table and a scan table into a labelled, split cohort.
 
     ``clinical``: ADNIMERGE(_<date>).csv or a generic table (see
     ``config.clinical_columns``); ``scans``: the preprocessing ``summary.csv`` or a generic
-    ``subject, session, path[, date]`` table; ``amyloid``: optional extra amyloid measures
-    (``subject, date, tracer, suvr``). Raises ``CohortInputError`` when the input cannot be
+    ``subject, session, path[, date]`` table; ``amyloid``: one or several amyloid tables
+    (UC Berkeley ``UCBERKELEY_AMY_6MM_<date>.csv``, the older per-tracer
+    ``UCBERKELEYAV45/FBB_<date>.csv``, or ``subject, date, tracer, suvr``; see
+    :mod:`adni_pu.cohort.amyloid`). Raises ``CohortInputError`` when the input cannot be
     used; everything else that is wrong is recorded in ``Cohort.quality``.
     """
     cfg = config or CohortConfig()
+    if amyloid is None:
+        amyloid_sources: list[AmyloidSource] = []
+    elif isinstance(amyloid, (list, tuple)):
+        amyloid_sources = list(amyloid)
+    else:
+        amyloid_sources = [amyloid]
     quality = QualityReport()
     visits, used_clin, clin_name = load_clinical(clinical, cfg.clinical_columns, quality)
     scan_table, used_scan, scan_name = load_scans(scans, cfg.scan_columns, quality)
@@ -199,8 +217,22 @@ def build_cohort(
                                                     measures.loc[undated, "visit"],
                                                     measures.loc[undated, "tracer"])])
     measures = measures.loc[~undated].drop(columns="visit")
-    if amyloid is not None:
-        measures = pd.concat([measures, load_amyloid(amyloid, quality)], ignore_index=True)
+    tables = load_amyloid_tables(amyloid_sources, quality, cfg.amyloid)
+    tables["subject_id"] = [rid_map.get(s, s) if is_rid(s) else s for s in tables["subject_id"]]
+    measures = combine_measures(measures, tables, cfg.amyloid, quality, f"clinical ({clin_name})")
+    measures = on_scale(add_centiloids(measures, cfg.amyloid.centiloid_conversions), cfg.labels,
+                        quality)
+    compare_status(measures, cfg.labels, quality)
+    unranked = ~measures["tracer"].isin(cfg.matching.tracer_priority)
+    quality.add("tracer_not_in_priority", "amyloid", int(unranked.sum()),
+                f"measures of tracers missing from matching.tracer_priority "
+                f"{cfg.matching.tracer_priority}", "not paired with any scan",
+                [f"{s} {t}" for s, t in zip(measures.loc[unranked, "subject_id"],
+                                            measures.loc[unranked, "tracer"])])
+    measures = measures.loc[~unranked]
+    if measures.empty and not cfg.labels.diagnosis_only:
+        raise CohortInputError(_no_amyloid_message(clin_name, used_clin, amyloid_sources, cfg,
+                                                   quality))
     scan_table, outside = match_amyloid(scan_table, measures, cfg.matching)
     no_date = scan_table["scan_date"].isna()
     quality.add("scan_without_date", stable, int(no_date.sum()),
@@ -254,7 +286,7 @@ def build_cohort(
                       else pd.DataFrame(columns=list(EXCLUDED_COLUMNS)))
     summary = {
         "inputs": {"clinical": _describe_input(clinical), "scans": _describe_input(scans),
-                   "amyloid": _describe_input(amyloid) if amyloid is not None else None},
+                   "amyloid": [_describe_input(a) for a in amyloid_sources] or None},
         "columns": {"clinical": used_clin, "scans": used_scan},
         "n_scans": int(len(manifest)), "n_subjects": int(manifest["subject_id"].nunique()),
         "n_excluded_scans": int(len(excluded_frame)),
@@ -262,10 +294,33 @@ def build_cohort(
     return Cohort(manifest, included, excluded_frame, quality, cfg, summary, scan_base)
 
 
+def _no_amyloid_message(clin_name: str, used: dict[str, str | None], sources: list,
+                        cfg: CohortConfig, quality: QualityReport) -> str:
+    """Why a cohort with no usable amyloid measure is refused, and the ways out."""
+    scale = "Centiloids" if cfg.labels.scale == "centiloid" else "amyloid SUVR"
+    need = (f"preset {cfg.preset} labels and sets the truth by {scale}; give the UC Berkeley "
+            "amyloid table with --amyloid, or set labels.diagnosis_only=true to label by "
+            "diagnosis alone (truth then unknown for every subject)")
+    columns = [used.get(t) for t in ("av45", "fbb", "pib")]
+    if not sources and not any(columns):
+        return (f"clinical table {clin_name}: no amyloid column (expected AV45, FBB or PIB, "
+                "or clinical_columns.av45/fbb/pib) and no --amyloid table; " + need)
+    issues = ", ".join(f"{i.kind} ({i.count})" for i in quality
+                       if i.kind in {"no_centiloid_conversion", "amyloid_without_suvr",
+                                     "amyloid_without_date", "implausible_suvr",
+                                     "unparseable_number", "clinical_amyloid_superseded"})
+    where = ", ".join([f"{c} in {clin_name}" for c in columns if c]
+                      + [getattr(s, "name", "DataFrame") for s in sources])
+    return (f"no usable amyloid measure in {where}" + (f" ({issues})" if issues else "")
+            + "; " + need)
+
+
 def _assemble(scans: pd.DataFrame, subjects: pd.DataFrame) -> pd.DataFrame:
     per_subject = subjects[["subject_id", "pu_label", "truth", "split", "fold", "hidden_positive",
-                            "dx_bl", "label_reason", "amyloid_suvr", "amyloid_tracer"]].rename(
-        columns={"amyloid_suvr": "subject_suvr", "amyloid_tracer": "subject_tracer"})
+                            "dx_bl", "label_reason", "amyloid_suvr", "amyloid_tracer",
+                            "amyloid_centiloid"]].rename(
+        columns={"amyloid_suvr": "subject_suvr", "amyloid_tracer": "subject_tracer",
+                 "amyloid_centiloid": "subject_centiloid"})
     frame = scans.merge(per_subject, on="subject_id", how="inner", validate="many_to_one")
     frame = frame.sort_values(["split", "subject_id", "scan_date", "scan_id"],
                               na_position="last", kind="stable")
@@ -318,6 +373,18 @@ def write_manifest(manifest: pd.DataFrame, path: str | Path) -> Path:
     return _config.atomic_write_text(path, _csv_text(manifest))
 
 
+def check_out_dir(out_dir: str | Path) -> None:
+    """Refuse an output folder that is a file (or lies under one) before anything is written."""
+    out_dir = Path(out_dir)
+    for path in (out_dir, *out_dir.parents):
+        if path.exists():
+            if not path.is_dir():
+                what = "is" if path == out_dir else f"lies under {path}, which is"
+                raise CohortInputError(f"--out {out_dir}: {what} a file; expected a folder "
+                                       "(new or existing) for the cohort files")
+            return
+
+
 def write_cohort(cohort: Cohort, out_dir: str | Path, render: bool = True) -> dict[str, Path]:
     """Write the manifest, subject table, exclusions, quality issues, settings and report.
 
@@ -328,6 +395,7 @@ def write_cohort(cohort: Cohort, out_dir: str | Path, render: bool = True) -> di
     from adni_pu.provenance import provenance
 
     out_dir = Path(out_dir)
+    check_out_dir(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     cfg = cohort.config
     manifest = _paths_for_output(cohort.manifest, out_dir, cfg.output.scan_paths)

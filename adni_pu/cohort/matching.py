@@ -125,7 +125,8 @@ def match_amyloid(scans: pd.DataFrame, measures: pd.DataFrame,
                   settings: MatchingSettings) -> tuple[pd.DataFrame, pd.Series]:
     """Pair each scan with the nearest amyloid measure of its subject within the window.
 
-    Adds ``suvr, tracer, suvr_date, suvr_gap_days`` (measure date minus scan date, days).
+    Adds ``suvr, tracer, suvr_date, suvr_gap_days`` (measure date minus scan date, days)
+    and ``centiloid`` (NaN where the measure has none).
     Ties in distance go to the tracer listed first in ``settings.tracer_priority``, then
     to the earlier measure. Returns the scans and, per scan, the distance in days to the
     nearest measure outside the window (NaN where there is none or one was paired), for
@@ -136,8 +137,11 @@ def match_amyloid(scans: pd.DataFrame, measures: pd.DataFrame,
     out["tracer"] = pd.Series([None] * len(out), index=out.index, dtype=object)
     out["suvr_date"] = pd.Series(pd.NaT, index=out.index, dtype="datetime64[ns]")
     out["suvr_gap_days"] = np.nan
+    out["centiloid"] = np.nan
     outside = pd.Series(np.nan, index=out.index)
-    usable = measures.loc[measures["date"].notna() & measures["suvr"].notna()]
+    # ``value``: the measure on the label scale (SUVR or Centiloid), where the builder set it.
+    value = measures["value"] if "value" in measures else measures["suvr"]
+    usable = measures.loc[measures["date"].notna() & value.notna()]
     usable = usable.loc[usable["tracer"].isin(settings.tracer_priority)]
     if usable.empty or out.empty:
         return out, outside
@@ -159,6 +163,8 @@ def match_amyloid(scans: pd.DataFrame, measures: pd.DataFrame,
     out.loc[hit.index, "tracer"] = hit["tracer"]
     out.loc[hit.index, "suvr_date"] = hit["date"]
     out.loc[hit.index, "suvr_gap_days"] = hit["gap"]
+    if "centiloid" in hit:
+        out.loc[hit.index, "centiloid"] = hit["centiloid"].astype(float)
     miss = best.loc[~inside]
     outside.loc[miss.index] = miss["abs_gap"]
     return out, outside

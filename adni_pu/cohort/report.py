@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from adni_pu import config as _config
-from adni_pu.cohort.config import TRACERS, CohortConfig
+from adni_pu.cohort.config import MEASURE_TRACERS, CohortConfig
 from adni_pu.cohort.quality import QualityReport
 
 REPORT_NAME = "cohort_report.md"
@@ -92,16 +92,18 @@ def counts_table(manifest: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _cutoffs(config: CohortConfig | None) -> dict[str, dict[str, float]]:
-    labels = (config or CohortConfig()).labels
-    return {"label": labels.label_cutoffs, "truth": labels.truth_cutoffs,
-            "hidden": labels.hidden_positive_cutoffs}
+def _cutoffs(config: CohortConfig | None, tracer: str) -> dict[str, float | None]:
+    from adni_pu.cohort.labels import cutoffs
+
+    label, truth, hidden = cutoffs((config or CohortConfig()).labels, tracer)
+    return {"label": label, "truth": truth, "hidden": hidden}
 
 
 def plot_suvr_histogram(manifest: pd.DataFrame, path: str | Path,
                         config: CohortConfig | None = None) -> Path:
     """Histogram of the amyloid measures paired with scans, one panel per tracer, with the
-    label, truth and hidden-positive cut-offs drawn as vertical lines. Written atomically."""
+    label, truth and hidden-positive cut-offs drawn as vertical lines (SUVRs, or
+    Centiloids under ``labels.scale = "centiloid"``). Written atomically."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -109,27 +111,30 @@ def plot_suvr_histogram(manifest: pd.DataFrame, path: str | Path,
 
     from adni_pu.cohort.manifest import _atomic_write
 
-    keep = [c for c in ("subject_id", "tracer", "suvr", "suvr_date") if c in manifest]
-    measures = manifest.loc[manifest["suvr"].notna(), keep].drop_duplicates()
-    tracers = [t for t in TRACERS if (measures.get("tracer") == t).any()] or ["none"]
-    cut = _cutoffs(config)
+    centiloid = (config is not None and config.labels.scale == "centiloid"
+                 and "centiloid" in manifest)
+    column = "centiloid" if centiloid else "suvr"
+    keep = [c for c in ("subject_id", "tracer", column, "suvr_date") if c in manifest]
+    measures = manifest.loc[manifest[column].notna(), keep].drop_duplicates()
+    tracers = [t for t in MEASURE_TRACERS if (measures.get("tracer") == t).any()] or ["none"]
     fig, axes = plt.subplots(1, len(tracers), figsize=(5.0 * len(tracers), 3.6), squeeze=False)
     styles = {"label": ("tab:red", "-", "label cut-off"),
               "truth": ("black", "--", "truth cut-off"),
               "hidden": ("tab:orange", ":", "hidden-positive cut-off")}
     for ax, tracer in zip(axes[0], tracers):
-        values = measures.loc[measures["tracer"] == tracer, "suvr"].astype(float)
+        values = measures.loc[measures["tracer"] == tracer, column].astype(float)
+        cut = _cutoffs(config, tracer)
         if len(values):
             ax.hist(values, bins=min(40, max(5, len(values) // 3)), color="tab:blue", alpha=0.75)
         else:
             ax.text(0.5, 0.5, "no amyloid measure paired with a scan", ha="center",
                     va="center", transform=ax.transAxes)
         for kind, (colour, style, text) in styles.items():
-            value = cut[kind].get(tracer)
+            value = cut[kind]
             if value is not None:
                 ax.axvline(value, color=colour, linestyle=style, label=f"{text} {value:g}")
         ax.set_title(f"{tracer} (n = {len(values)} measures)")
-        ax.set_xlabel("SUVR (whole-cerebellum reference)")
+        ax.set_xlabel("Centiloid" if centiloid else "SUVR (whole-cerebellum reference)")
         ax.set_ylabel("measures")
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
@@ -172,13 +177,29 @@ def render_report(
     lines = ["# Cohort report", ""]
     if config is not None:
         lab = config.labels
+        if lab.scale == "centiloid":
+            label_cut, truth_cut = (f"{lab.centiloid_label_cutoff:g} CL (every tracer)",
+                                    f"{lab.centiloid_truth_cutoff:g} CL")
+            hidden = (f" Hidden positives: unlabelled with CL in "
+                      f"[{lab.centiloid_hidden_positive_cutoff:g}, label cut-off)."
+                      if lab.centiloid_hidden_positive_cutoff is not None else "")
+            conv = "; ".join(f"{t}: CL = {a:g} x SUVR {b:+g}" for t, (a, b)
+                             in config.amyloid.centiloid_conversions.items())
+            hidden += f" SUVRs without a Centiloid converted by {conv or 'nothing'}."
+        else:
+            label_cut, truth_cut = str(lab.label_cutoffs), str(lab.truth_cutoffs)
+            hidden = (f" Hidden positives: unlabelled with SUVR in "
+                      f"[{lab.hidden_positive_cutoffs}, label cut-off)."
+                      if lab.hidden_positive_cutoffs else "")
+        amyloid = ("" if lab.diagnosis_only else
+                   f" or an amyloid measure ({lab.amyloid_scope} measures) is at or above the "
+                   f"label cut-off {label_cut}")
         lines += [
             f"Preset **{config.preset}**. Labels are per subject: labelled positive if one of "
-            f"{lab.positive_diagnoses} is on file ({lab.diagnosis_scope}) or an amyloid SUVR "
-            f"({lab.amyloid_scope} measures) is at or above the label cut-off "
-            f"{lab.label_cutoffs}; truth is amyloid status at {lab.truth_cutoffs}."
-            + (f" Hidden positives: unlabelled with SUVR in [{lab.hidden_positive_cutoffs}, "
-               "label cut-off)." if lab.hidden_positive_cutoffs else "")
+            f"{lab.positive_diagnoses} is on file ({lab.diagnosis_scope}){amyloid}"
+            + (" (labels.diagnosis_only: amyloid is used for the truth only)"
+               if lab.diagnosis_only else "")
+            + f"; truth is amyloid status at {truth_cut}." + hidden
             + (f" Only subjects with baseline diagnosis in {lab.include_diagnoses}."
                if lab.include_diagnoses else ""),
             "",
@@ -190,8 +211,8 @@ def render_report(
         ]
     if summary and summary.get("inputs"):
         lines += ["## Inputs", ""]
-        for name, info in summary["inputs"].items():
-            if info:
+        for name, infos in summary["inputs"].items():
+            for info in (infos if isinstance(infos, list) else [infos] if infos else []):
                 lines.append(f"- {name}: `{info.get('path') or info.get('note')}`"
                              + (f" (sha256 {info['sha256'][:12]})" if info.get("sha256") else ""))
         lines.append("")
