@@ -27,7 +27,7 @@ def trained(app, tmp_path_factory):
     root = tmp_path_factory.mktemp("clivol")
     manifest = make_volume_cohort(root / "cohort")
     run = root / "run"
-    args = ["train", "--manifest", str(manifest), "--out", str(run), "--preset", "nnpu"]
+    args = ["train", str(manifest), str(run), "--preset", "nnpu"]
     for item in tiny_overrides(2, root / "cache"):
         args += ["--set", item]
     result = CliRunner().invoke(app, args)
@@ -40,7 +40,7 @@ def test_train_writes_run_and_rerun_resumes(app, trained):
     cfg = (trained["run"] / "volume_config.toml").read_text()
     assert 'preset = "nnpu"' in cfg and 'method = "nnpu"' in cfg
     # rerunning with the resolved settings file resumes (nothing left to train)
-    args = ["train", "--manifest", str(trained["manifest"]), "--out", str(trained["run"]),
+    args = ["train", str(trained["manifest"]), str(trained["run"]),
             "--config", str(trained["run"] / "volume_config.toml")]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
@@ -72,8 +72,7 @@ def test_predict_writes_csv(app, trained, tmp_path):
 
 
 def test_errors_exit_2_with_a_message(app, tmp_path):
-    result = CliRunner().invoke(app, ["train", "--manifest", str(tmp_path / "none.csv"),
-                                      "--out", str(tmp_path / "r")])
+    result = CliRunner().invoke(app, ["train", str(tmp_path / "none.csv"), str(tmp_path / "r")])
     assert result.exit_code == 2 and "not found" in result.output
     result = CliRunner().invoke(app, ["evaluate", str(tmp_path)])
     assert result.exit_code == 2 and "not a finished training run" in result.output

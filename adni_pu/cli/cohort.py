@@ -7,29 +7,47 @@ from typing import Annotated, Optional
 
 import typer
 
+from adni_pu.cli.common import positional_path, sets_option
+
 cohort_app = typer.Typer(help="Build the PU-labelled, subject-split cohort manifest.",
                          no_args_is_help=True)
 
 
 @cohort_app.command("build")
 def build(
-    clinical: Annotated[Path, typer.Option(help="ADNIMERGE(_<date>).csv or a generic clinical "
-                                                "table (see clinical_columns)")],
-    scans: Annotated[Path, typer.Option(help="preprocessing summary.csv or a table "
-                                             "subject,session,path[,date]")],
-    out: Annotated[Path, typer.Option(help="output folder")],
-    config: Annotated[Optional[Path], typer.Option(help="TOML settings file")] = None,  # noqa: UP045
+    clinical: Annotated[Optional[Path], typer.Argument(  # noqa: UP045
+        metavar="CLINICAL", show_default=False,
+        help="ADNIMERGE(_<date>).csv or a generic clinical table (see clinical_columns) "
+             "(required)")] = None,
+    scans: Annotated[Optional[Path], typer.Argument(  # noqa: UP045
+        metavar="SCANS", show_default=False,
+        help="preprocessing summary.csv or a table subject,session,path[,date] (required)")
+    ] = None,
+    out: Annotated[Optional[Path], typer.Argument(  # noqa: UP045
+        metavar="OUT", show_default=False, help="output folder (required)")] = None,
+    config: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        show_default="none", help="TOML settings file")] = None,
     preset: Annotated[Optional[str], typer.Option(  # noqa: UP045
-        help="paper (default), published-code or tracer-cutoffs")] = None,
+        show_default="the file's or --set preset, else paper",
+        help="paper, published-code or tracer-cutoffs")] = None,
     amyloid: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        show_default="none",
         help="extra amyloid table subject,date,tracer,suvr (e.g. SUVRs from PET images)")] = None,
-    set_: Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
-        "--set", help="override a setting, e.g. --set matching.amyloid_window_days=180")] = None,
+    set_: sets_option("matching.amyloid_window_days=180") = None,
+    clinical_opt: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        "--clinical", hidden=True, help="deprecated spelling of CLINICAL")] = None,
+    scans_opt: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        "--scans", hidden=True, help="deprecated spelling of SCANS")] = None,
+    out_opt: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        "--out", hidden=True, help="deprecated spelling of OUT")] = None,
 ) -> None:
-    """Match scans to visits and amyloid measures, label subjects, split them, write files."""
+    """Match scans to visits and amyloid measures, label subjects, split them, write OUT."""
     from adni_pu.cohort import CohortInputError, build_cohort, load_cohort_config, write_cohort
     from adni_pu.config import ConfigError
 
+    clinical = positional_path(clinical, clinical_opt, "CLINICAL", "--clinical")
+    scans = positional_path(scans, scans_opt, "SCANS", "--scans")
+    out = positional_path(out, out_opt, "OUT", "--out")
     try:
         cfg = load_cohort_config(config, set_ or [], preset)
         cohort = build_cohort(clinical, scans, cfg, amyloid=amyloid)
@@ -49,9 +67,10 @@ def build(
 
 @cohort_app.command("report")
 def report(
-    manifest: Annotated[Path, typer.Argument(help="manifest.csv/.parquet or a cohort folder")],
+    manifest: Annotated[Path, typer.Argument(
+        metavar="MANIFEST", help="manifest.csv/.parquet or a cohort folder")],
     out: Annotated[Optional[Path], typer.Option(  # noqa: UP045
-        help="folder for the report (default: beside the manifest)")] = None,
+        show_default="beside the manifest", help="folder for the report")] = None,
 ) -> None:
     """Re-render the cohort report (counts, class prior, SUVR histogram, data quality)."""
     from adni_pu.cohort import CohortInputError, report_from_path
