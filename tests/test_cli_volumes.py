@@ -59,6 +59,8 @@ def test_evaluate_refuses_validation_subjects(app, trained):
     result = CliRunner().invoke(app, ["evaluate", str(trained["run"]), "--split", "val"])
     assert result.exit_code == 2
     assert "leakage" in result.output and "110_S_0010" in result.output
+    assert "validation split, which chose the model" in result.output
+    assert "in training" not in result.output
 
 
 def test_predict_writes_csv(app, trained, tmp_path):
