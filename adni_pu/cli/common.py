@@ -24,12 +24,13 @@ def positional_path(value: Path | None, deprecated: Path | None, name: str, flag
     """
     if deprecated is not None:
         if value is not None and value != deprecated:
-            raise typer.BadParameter(
-                f"given twice ({value} and {flag} {deprecated}); give it once, as the "
-                "positional argument", param_hint=name)
+            typer.echo(f"error: {name} given twice, as {value} and as {flag} {deprecated}; "
+                       "give it once, as the positional argument", err=True)
+            raise typer.Exit(2)
         typer.echo(f"warning: {flag} is deprecated; give {name} as a positional argument",
                    err=True)
         return deprecated
     if value is None:
-        raise typer.BadParameter("missing; see --help for the arguments", param_hint=name)
+        typer.echo(f"error: missing argument {name} (see --help)", err=True)
+        raise typer.Exit(2)
     return value
