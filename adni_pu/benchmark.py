@@ -60,7 +60,21 @@ def resolve_config(spec: BenchmarkSpec, seed: int) -> Any:
     if spec.preset is None and spec.method == "selfpu":
         defaults.update(preset_settings("selfpu"))
     overrides = [*spec.overrides, f"seed={seed}"]
-    return cfgmod.load(TrainConfig, spec.config_file, overrides, defaults)
+    cfg = cfgmod.load(TrainConfig, spec.config_file, overrides, defaults)
+    if spec.prior is not None and cfg.prior is not None and spec.prior != cfg.prior:
+        raise cfgmod.ConfigError(
+            f"--prior {spec.prior} and the setting prior = {cfg.prior} disagree; set the class "
+            "prior once")
+    return cfg
+
+
+def data_prior(spec: BenchmarkSpec, cfg: Any) -> float | None:
+    """The class prior the PU data are built with and the risks use (None: the paper's).
+
+    ``--prior`` and the ``prior`` setting (``--set prior=``, the file) name the same value,
+    so it is recorded once, in ``data.json`` and the results, and trained with.
+    """
+    return spec.prior if spec.prior is not None else cfg.prior
 
 
 def run_seed(spec: BenchmarkSpec, seed: int, cache_dir: Path | None = None) -> dict[str, Any]:
@@ -76,7 +90,7 @@ def run_seed(spec: BenchmarkSpec, seed: int, cache_dir: Path | None = None) -> d
         if saved.get("config") == cfgmod.to_dict(cfg):
             print(f"seed {seed}: already done ({result_path})", file=sys.stderr)
             return saved
-    data = load_benchmark(spec.dataset, spec.data_dir, spec.n_labelled, spec.prior,
+    data = load_benchmark(spec.dataset, spec.data_dir, spec.n_labelled, data_prior(spec, cfg),
                           spec.scheme, spec.val_fraction, seed=seed, cache_dir=cache_dir,
                           train_limit=spec.train_limit, test_limit=spec.test_limit)
     trainer = Trainer(cfg, data, run_dir)

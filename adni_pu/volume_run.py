@@ -32,7 +32,7 @@ import hashlib
 import json
 import math
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -106,7 +106,8 @@ def load_volume_config(path: str | Path | None = None, overrides: list[str] | No
     """Resolve the settings: volume defaults < preset < file < ``--set`` overrides.
 
     The preset is taken from ``preset`` (the CLI's ``--preset``), else from the file's or
-    the overrides' ``preset`` key, else ``selfpu``.
+    the overrides' ``preset`` key, else ``selfpu``. The class prior is ``prior``;
+    ``train.prior`` is accepted as another name for it (see :func:`_one_prior`).
     """
     import tomllib
 
@@ -123,10 +124,12 @@ def load_volume_config(path: str | Path | None = None, overrides: list[str] | No
             raise cfgmod.ConfigError(f"{path}: not valid TOML ({exc})") from exc
     overrides = list(overrides or [])
     name = file_data.get("preset", "selfpu")
+    prior_given = "prior" in file_data
     for text in overrides:
         keys, value = cfgmod.parse_override(text)
         if keys == ["preset"]:
             name = value
+        prior_given = prior_given or keys == ["prior"]
     if preset is not None:
         name = preset
         overrides.append(f'preset="{preset}"')
@@ -137,7 +140,28 @@ def load_volume_config(path: str | Path | None = None, overrides: list[str] | No
     except ValueError as exc:
         raise cfgmod.ConfigError(str(exc)) from exc
     defaults = {"preset": name, "train": train_defaults}
-    return cfgmod.load(VolumeTrainConfig, path, overrides, defaults)
+    cfg = cfgmod.load(VolumeTrainConfig, path, overrides, defaults)
+    return _one_prior(cfg, prior_given, str(path) if path is not None else "settings")
+
+
+def _one_prior(cfg: VolumeTrainConfig, prior_given: bool, where: str) -> VolumeTrainConfig:
+    """Fold ``train.prior`` into ``prior``, so one value is recorded, used and reported.
+
+    The trainer would take ``train.prior`` for its risks while the run folder, the
+    unlabelled prior and the report follow ``prior``; both given with different values
+    is refused, one alone sets ``prior`` and leaves ``train.prior`` unset.
+    """
+    alias = cfg.train.prior
+    if alias is None:
+        return cfg
+    if prior_given and cfg.prior != alias:
+        raise cfgmod.ConfigError(
+            f"{where}: prior = {cfg.prior!r} and train.prior = {alias!r} disagree; set the "
+            "class prior once, as prior = <number> (or \"cohort\")")
+    try:
+        return replace(cfg, prior=alias, train=replace(cfg.train, prior=None))
+    except ValueError as exc:
+        raise cfgmod.ConfigError(f"{where}: {exc}") from exc
 
 
 
@@ -432,7 +456,9 @@ def evaluate_run(run_dir: str | Path, split: str = "test", manifest: str | Path 
     """Metrics of the run's selected model on ``split`` with subject-bootstrap 95 % CIs.
 
     ``manifest`` defaults to the one the run was trained on. Refuses (``LeakageError``)
-    when a subject of the split was in the run's training or validation split. Writes
+    when a subject of the split was in the run's training split or in its validation split
+    (which chose the model, so metrics on it would be optimistic: ``--split val`` of the
+    training manifest is always refused; RUN/val_predictions.csv holds those). Writes
     ``RUN/evaluation/<split>/`` (metrics.json, predictions_scans.csv,
     predictions_subjects.csv, roc.png, report.md) and returns the metrics dict.
     """
@@ -452,8 +478,14 @@ def evaluate_run(run_dir: str | Path, split: str = "test", manifest: str | Path 
         raise VolumeRunError(f"{mpath}: no rows in split {split!r}; splits found: "
                              f"{sorted(set(frame['split']))}")
     splits = pd.read_csv(run_dir / "splits.csv", dtype={"subject_id": str})
-    seen = splits.loc[splits["split"].isin(["train", "val"]), "subject_id"]
-    assert_no_leakage(seen, rows["subject_id"], what=f"{split!r}")
+    for used, seen_in, advice in (
+            ("train", "the run's training split", "Evaluate on subjects the run never saw "
+             "(splits must be by subject)."),
+            ("val", "the run's validation split, which chose the model (model selection)",
+             "Metrics on them would not be an honest estimate; the selected model's "
+             f"validation predictions are in {run_dir / 'val_predictions.csv'}.")):
+        assert_no_leakage(splits.loc[splits["split"] == used, "subject_id"], rows["subject_id"],
+                          what=f"{split!r}", seen_in=seen_in, advice=advice)
     dataset = build_volume_dataset(frame, split, cfg.data, train=False, base_dir=mpath.parent)
     logits = score_dataset(model, dataset, max(cfg.train.batch_size, 2))
     truth = pd.to_numeric(rows["truth"], errors="coerce").astype(float).to_numpy()

@@ -45,6 +45,26 @@ def test_bad_method_is_refused(tmp_path):
     assert "expected naive, upu, nnpu or selfpu" in result.output
 
 
+def test_the_prior_is_set_once_and_recorded_as_trained(tmp_path, monkeypatch):
+    from test_readers import write_mnist
+
+    from adni_pu.data import readers
+
+    monkeypatch.setitem(readers.MNIST_COUNTS, "train", 200)
+    monkeypatch.setitem(readers.MNIST_COUNTS, "test", 40)
+    write_mnist(tmp_path / "mnist", n_train=200, n_test=40)
+    common = ["benchmark", "mnist", "--seeds", "1", "--epochs", "1", "--n-labelled", "60",
+              "--data-dir", str(tmp_path / "mnist"), "--set", "progress=false"]
+    out = tmp_path / "out"
+    result = runner.invoke(app, [*common, "--out", str(out), "--set", "prior=0.45"])
+    assert result.exit_code == 0, result.output
+    assert json.loads((out / "results.json").read_text())["settings"]["prior"] == 0.45
+    assert json.loads((out / "seed0" / "data.json").read_text())["prior_used"] == 0.45
+    both = runner.invoke(app, [*common, "--out", str(tmp_path / "o2"), "--prior", "0.4",
+                               "--set", "prior=0.45"])
+    assert both.exit_code == 2 and "disagree" in both.output
+
+
 @pytest.mark.integration
 def test_mnist_nnpu_three_epochs_writes_results_json(tmp_path):
     data = shared_path("mnist")

@@ -27,7 +27,7 @@ def trained(app, tmp_path_factory):
     root = tmp_path_factory.mktemp("clivol")
     manifest = make_volume_cohort(root / "cohort")
     run = root / "run"
-    args = ["train", "--manifest", str(manifest), "--out", str(run), "--preset", "nnpu"]
+    args = ["train", str(manifest), str(run), "--preset", "nnpu"]
     for item in tiny_overrides(2, root / "cache"):
         args += ["--set", item]
     result = CliRunner().invoke(app, args)
@@ -40,7 +40,7 @@ def test_train_writes_run_and_rerun_resumes(app, trained):
     cfg = (trained["run"] / "volume_config.toml").read_text()
     assert 'preset = "nnpu"' in cfg and 'method = "nnpu"' in cfg
     # rerunning with the resolved settings file resumes (nothing left to train)
-    args = ["train", "--manifest", str(trained["manifest"]), "--out", str(trained["run"]),
+    args = ["train", str(trained["manifest"]), str(trained["run"]),
             "--config", str(trained["run"] / "volume_config.toml")]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
@@ -59,6 +59,8 @@ def test_evaluate_refuses_validation_subjects(app, trained):
     result = CliRunner().invoke(app, ["evaluate", str(trained["run"]), "--split", "val"])
     assert result.exit_code == 2
     assert "leakage" in result.output and "110_S_0010" in result.output
+    assert "validation split, which chose the model" in result.output
+    assert "in training" not in result.output
 
 
 def test_predict_writes_csv(app, trained, tmp_path):
@@ -72,8 +74,7 @@ def test_predict_writes_csv(app, trained, tmp_path):
 
 
 def test_errors_exit_2_with_a_message(app, tmp_path):
-    result = CliRunner().invoke(app, ["train", "--manifest", str(tmp_path / "none.csv"),
-                                      "--out", str(tmp_path / "r")])
+    result = CliRunner().invoke(app, ["train", str(tmp_path / "none.csv"), str(tmp_path / "r")])
     assert result.exit_code == 2 and "not found" in result.output
     result = CliRunner().invoke(app, ["evaluate", str(tmp_path)])
     assert result.exit_code == 2 and "not a finished training run" in result.output

@@ -96,8 +96,8 @@ def test_older_per_tracer_tables_tracer_from_file_name(tmp_path, tables):
     fbb.write_text("RID,VISCODE,VISCODE2,EXAMDATE,SUMMARYSUVR_WHOLECEREBNORM\n"
                    "2,bl,bl,2010-01-11,1.02\n")
     out = tmp_path / "cohort"
-    result = runner.invoke(app, ["cohort", "build", "--clinical", str(tables[0]), "--scans",
-                                 str(tables[1]), "--out", str(out), "--amyloid", str(av45),
+    result = runner.invoke(app, ["cohort", "build", str(tables[0]), str(tables[1]),
+                                 str(out), "--amyloid", str(av45),
                                  "--amyloid", str(fbb), "--set", "check_scan_files=false"])
     assert result.exit_code == 0, result.output
     manifest = pd.read_csv(out / "manifest.csv", dtype={"subject_id": str}).set_index("subject_id")
@@ -145,8 +145,8 @@ def test_malformed_tables_are_refused_naming_file_and_column(tmp_path, tables, t
         build_cohort(*tables, config(), amyloid=path)
     assert f"amyloid ({name})" in str(info.value)
     out = tmp_path / "out"
-    result = runner.invoke(app, ["cohort", "build", "--clinical", str(tables[0]), "--scans",
-                                 str(tables[1]), "--out", str(out), "--amyloid", str(path)])
+    result = runner.invoke(app, ["cohort", "build", str(tables[0]), str(tables[1]),
+                                 str(out), "--amyloid", str(path)])
     assert result.exit_code == 2 and result.output.startswith("error: ")
     assert len(result.output.strip().splitlines()) == 1 and not out.exists()
 
@@ -241,8 +241,8 @@ def test_clinical_table_without_amyloid_is_refused(tmp_path, tables):
                  "labels.diagnosis_only=true", "preset paper"):
         assert part in text
     out = tmp_path / "out"
-    args = ["cohort", "build", "--clinical", str(clinical), "--scans", str(tables[1]),
-            "--out", str(out), "--set", "check_scan_files=false"]
+    args = ["cohort", "build", str(clinical), str(tables[1]), str(out),
+            "--set", "check_scan_files=false"]
     result = runner.invoke(app, args)
     assert result.exit_code == 2 and "AV45, FBB or PIB" in result.output and not out.exists()
     # Said on purpose: labels by diagnosis alone, truth unknown.
@@ -266,21 +266,21 @@ def test_diagnosis_only_keeps_amyloid_for_the_truth(tables):
 def test_cli_out_is_a_file_and_build_prints_issues(tmp_path, tables):
     target = tmp_path / "taken"
     target.write_text("keep me\n")
-    args = ["cohort", "build", "--clinical", str(tables[0]), "--scans", str(tables[1]),
+    args = ["cohort", "build", str(tables[0]), str(tables[1]),
             "--amyloid", str(EXAMPLE)]
-    result = runner.invoke(app, [*args, "--out", str(target)])
+    result = runner.invoke(app, [*args, str(target)])
     assert result.exit_code == 2, result.output
-    assert result.output.strip() == (f"error: --out {target}: is a file; expected a folder "
+    assert result.output.strip() == (f"error: output folder {target}: is a file; expected a folder "
                                      "(new or existing) for the cohort files")
     assert target.read_text() == "keep me\n"
-    result = runner.invoke(app, [*args, "--out", str(target / "sub")])
+    result = runner.invoke(app, [*args, str(target / "sub")])
     assert result.exit_code == 2 and "lies under" in result.output
     out = tmp_path / "cohort"
-    result = runner.invoke(app, [*args, "--out", str(out)])
+    result = runner.invoke(app, [*args, str(out)])
     assert result.exit_code == 0, result.output
     text = result.output
     assert "data-quality issue(s), most severe first:" in text
     assert "scan_file_missing: 9" in text and "(e.g. " in text      # the issue, not a count
     assert f"{out / 'quality.csv'}" in text
-    assert f"next: read cohort_report.md, then adni-pu train --manifest {out / 'manifest.csv'}" \
+    assert f"next: read cohort_report.md, then adni-pu train {out / 'manifest.csv'}" \
         in text

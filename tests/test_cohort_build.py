@@ -116,8 +116,7 @@ def test_nothing_written_when_input_is_unusable(tmp_path):
     scans = tmp_path / "summary.csv"
     scans.write_text("\n".join(summary_rows(2)) + "\n")
     out = tmp_path / "out"
-    result = runner.invoke(app, ["cohort", "build", "--clinical", str(bad), "--scans",
-                                 str(scans), "--out", str(out)])
+    result = runner.invoke(app, ["cohort", "build", str(bad), str(scans), str(out)])
     assert result.exit_code == 2
     assert "missing required column(s)" in result.output and "['ID', 'VISIT']" in result.output
     assert not out.exists()
@@ -129,16 +128,15 @@ def test_nothing_written_when_input_is_unusable(tmp_path):
                       "ADNI011S0001,M000,failed,\n")
     with pytest.raises(CohortInputError, match="no usable scans"):
         build_cohort(clinical, failed)
-    result = runner.invoke(app, ["cohort", "build", "--clinical", str(clinical), "--scans",
-                                 str(failed), "--out", str(out)])
+    result = runner.invoke(app, ["cohort", "build", str(clinical), str(failed), str(out)])
     assert result.exit_code == 2 and not out.exists()
 
 
 def test_cli_build_and_report(tmp_path):
     clinical, scans = messy_inputs(tmp_path)
     out = tmp_path / "cohort"
-    result = runner.invoke(app, ["cohort", "build", "--clinical", str(clinical), "--scans",
-                                 str(scans), "--out", str(out), "--preset", "tracer-cutoffs",
+    result = runner.invoke(app, ["cohort", "build", str(clinical), str(scans), str(out),
+                                 "--preset", "tracer-cutoffs",
                                  "--set", "output.format=\"parquet\"",
                                  "--set", "split.k_folds=3"])
     assert result.exit_code == 0, result.output

@@ -95,6 +95,35 @@ def test_mnist_bad_gzip(tmp_path):
         readers.load_mnist(tmp_path, check_counts=False)
 
 
+def corrupt_deflate(path):
+    """Keep a 10-byte gzip header and trailer, replace the deflate stream by a block of the
+    reserved type (what gzip reports as zlib.error "invalid block type")."""
+    raw = gzip.compress(gzip.decompress(path.read_bytes()), mtime=0)  # no file name in header
+    path.write_bytes(raw[:10] + b"\xff" * 64 + raw[-8:])
+
+
+def test_mnist_corrupt_deflate_stream(tmp_path):
+    write_mnist(tmp_path)
+    corrupt_deflate(tmp_path / "t10k-labels-idx1-ubyte.gz")
+    with pytest.raises(DataFormatError, match="t10k-labels-idx1-ubyte.gz: cannot read, corrupt"):
+        readers.load_mnist(tmp_path, check_counts=False)
+
+
+def test_cli_names_a_corrupt_mnist_file_and_exits_2(tmp_path):
+    from typer.testing import CliRunner
+
+    from adni_pu.cli.app import app
+
+    write_mnist(tmp_path / "mnist")
+    corrupt_deflate(tmp_path / "mnist" / "train-images-idx3-ubyte.gz")
+    result = CliRunner().invoke(app, ["benchmark", "mnist", "--data-dir", str(tmp_path / "mnist"),
+                                      "--out", str(tmp_path / "out"), "--epochs", "1"])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ")
+    assert "train-images-idx3-ubyte.gz: cannot read" in lines[0]
+
+
 def write_cifar_pickles(folder, per_batch=4):
     folder.mkdir(parents=True)
     rng = np.random.default_rng(0)
@@ -120,6 +149,36 @@ def test_cifar_corrupt_pickle(tmp_path):
     (folder / "data_batch_3").write_bytes(b"\x80\x04garbage")
     with pytest.raises(DataFormatError, match="data_batch_3: not a readable"):
         readers.load_cifar10_pickles(folder, check_counts=False)
+
+
+@pytest.mark.parametrize("payload", [
+    b"\x80\x02cno_such_module\nthing\n.",        # a class that cannot be imported
+    b"\x80\x02c__builtin__\nno_such_name\n.",    # a name that does not exist
+    pickle.dumps([1, 2, 3]),                        # a valid pickle of the wrong kind
+])
+def test_cifar_pickle_damaged_anywhere_is_a_clear_error(tmp_path, payload):
+    folder = tmp_path / "cifar-10-batches-py"
+    write_cifar_pickles(folder)
+    (folder / "test_batch").write_bytes(payload)
+    with pytest.raises(DataFormatError, match="test_batch: not a"):
+        readers.load_cifar10_pickles(folder, check_counts=False)
+
+
+def test_cifar_damaged_cache_is_rebuilt(tmp_path, monkeypatch):
+    monkeypatch.setitem(readers.CIFAR10_COUNTS, "train", 20)
+    monkeypatch.setitem(readers.CIFAR10_COUNTS, "test", 20)
+    write_image_folder(tmp_path / "imgs")
+    archive = tmp_path / "src" / "cifar.tar.gz"
+    archive.parent.mkdir()
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(tmp_path / "imgs" / "train", arcname="train")
+        tar.add(tmp_path / "imgs" / "test", arcname="test")
+    first = readers.load_cifar10(archive.parent, cache_dir=tmp_path / "cache")
+    (cache,) = (tmp_path / "cache").glob("*.npz")
+    cache.write_bytes(cache.read_bytes()[: cache.stat().st_size // 2])
+    again = readers.load_cifar10(archive.parent, cache_dir=tmp_path / "cache")
+    np.testing.assert_array_equal(again.train.images, first.train.images)
+    np.testing.assert_array_equal(again.test.labels, first.test.labels)
 
 
 def test_cifar_wrong_shape(tmp_path):

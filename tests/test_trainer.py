@@ -83,6 +83,14 @@ def test_resume_after_interrupt_equals_uninterrupted(tiny_pu, tmp_path, method):
     assert straight.best["score"] == pytest.approx(resumed.best["score"])
 
 
+def test_a_training_prior_other_than_the_datas_is_refused(tiny_pu):
+    from adni_pu.config import ConfigError
+
+    assert Trainer(tiny_config(method="nnpu", prior=0.4), tiny_pu).prior == 0.4  # the same
+    with pytest.raises(ConfigError, match="differs from the class prior 0.4"):
+        Trainer(tiny_config(method="nnpu", prior=0.3), tiny_pu)
+
+
 def test_resume_refuses_other_settings(tiny_pu, tmp_path):
     Trainer(tiny_config(method="nnpu", epochs=2), tiny_pu, tmp_path).fit()
     with pytest.raises(ResumeError, match="checkpoint made with other settings"):

@@ -93,21 +93,43 @@ def test_evaluate_reports_bootstrap_cis_and_counts(runs):
 
 
 def test_leakage_guard_refuses_training_and_validation_subjects(runs, tmp_path):
-    with pytest.raises(LeakageError, match="110_S_0010"):  # a validation subject
+    with pytest.raises(LeakageError, match="110_S_0010") as info:  # a validation subject
         evaluate_run(runs["root"] / "naive", "val", n_boot=10)
+    assert "were also in the run's validation split, which chose the model" in str(info.value)
+    assert "training" not in str(info.value) and "val_predictions.csv" in str(info.value)
     frame = pd.read_csv(runs["manifest"])
     frame.loc[frame["subject_id"] == "101_S_0001", "split"] = "test"  # a training subject
     frame["scan_path"] = [str(runs["manifest"].parent / p) for p in frame["scan_path"]]
     other = tmp_path / "manifest.csv"
     frame.to_csv(other, index=False)
-    with pytest.raises(LeakageError, match="101_S_0001"):
+    with pytest.raises(LeakageError, match="101_S_0001.*never saw") as info:
         evaluate_run(runs["root"] / "naive", "test", manifest=other, n_boot=10)
+    assert "1 'test' subject(s) were also in the run's training split" in str(info.value)
 
 
 def test_prior_must_exceed_the_labelled_fraction(runs, tmp_path):
     cfg = load_volume_config(None, ["prior=0.05", *tiny_overrides(1)], preset="nnpu")
     with pytest.raises(VolumeRunError, match="labelled fraction"):
         train_volumes(runs["manifest"], cfg, tmp_path / "run")
+
+
+def test_train_prior_is_another_name_for_prior():
+    cfg = load_volume_config(None, ["train.prior=0.6"])
+    assert cfg.prior == 0.6 and cfg.train.prior is None
+    assert load_volume_config(None, ["prior=0.6", "train.prior=0.6"]).prior == 0.6
+    for both in (["prior=0.45", "train.prior=0.6"], ['prior="cohort"', "train.prior=0.6"]):
+        with pytest.raises(ConfigError, match="disagree"):
+            load_volume_config(None, both)
+
+
+def test_the_recorded_prior_is_the_one_trained_with(runs, tmp_path):
+    cfg = load_volume_config(None, ["train.prior=0.7", *tiny_overrides(1)], preset="nnpu")
+    train_volumes(runs["manifest"], cfg, tmp_path / "run", log=lambda m: None)
+    recorded = json.loads((tmp_path / "run" / "run.json").read_text())["prior"]
+    used = json.loads((tmp_path / "run" / "data.json").read_text())["prior_used"]
+    saved = load_volume_config(tmp_path / "run" / "volume_config.toml")
+    assert recorded == {"prior": 0.7, "source": "setting"}
+    assert used == 0.7 and saved.prior == 0.7 and saved.train.prior is None
 
 
 def test_rerun_with_other_settings_is_refused(runs):

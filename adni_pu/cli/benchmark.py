@@ -7,11 +7,14 @@ from typing import Annotated, Optional
 
 import typer
 
+from adni_pu.cli.common import sets_option
+
 bench_app = typer.Typer(help="Reproduce the paper's MNIST / CIFAR-10 PU benchmarks.",
                         no_args_is_help=True)
 
 Method = Annotated[str, typer.Option(help="naive, upu, nnpu or selfpu")]
 Preset = Annotated[Optional[str], typer.Option(  # noqa: UP045 - typer needs Optional
+    show_default="none: --method",
     help="a named configuration (ablation row), e.g. sps-reweight; see `adni-pu presets`")]
 
 
@@ -55,27 +58,31 @@ def _command(dataset: str):  # noqa: ANN202 - typer reads the signature
         preset: Preset = None,
         seeds: Annotated[int, typer.Option(help="number of seeds")] = 3,
         seed_offset: Annotated[int, typer.Option(help="first seed")] = 0,
-        epochs: Annotated[Optional[int], typer.Option(help="epochs (default 200)")] = None,  # noqa: UP045
+        epochs: Annotated[Optional[int], typer.Option(  # noqa: UP045
+            show_default="the preset's, 200", help="epochs")] = None,
         data_dir: Annotated[Path, typer.Option(help="folder with the data set files")] = Path(
             "data"),
         out: Annotated[Path, typer.Option(help="output folder (one run folder per seed)")] = Path(
             "runs/benchmark"),
-        config: Annotated[Optional[Path], typer.Option(help="TOML settings file")] = None,  # noqa: UP045
-        set_: Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
-            "--set", help="override a setting, e.g. --set selfpu.rates=[0.2,0.3]")] = None,
+        config: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+            show_default="none", help="TOML settings file")] = None,
+        set_: sets_option("selfpu.rates=[0.2,0.3]") = None,
         n_labelled: Annotated[int, typer.Option(help="labelled positives n_p")] = 1000,
         prior: Annotated[Optional[float], typer.Option(  # noqa: UP045
-            help="class prior (default: the paper's)")] = None,
+            show_default="--set prior, else the paper's: 0.49 MNIST, 0.40 CIFAR-10",
+            help="class prior")] = None,
         scheme: Annotated[str, typer.Option(help="case-control or censoring")] = "case-control",
         val_fraction: Annotated[float, typer.Option(help="PU validation split size")] = 0.1,
         results_json: Annotated[Optional[Path], typer.Option(  # noqa: UP045
-            help="also write the results JSON here")] = None,
+            show_default="none", help="also write the results JSON here")] = None,
         threads: Annotated[int, typer.Option(help="torch CPU threads (0: default)")] = 0,
         device: Annotated[str, typer.Option(help="auto, cpu or cuda")] = "auto",
         train_limit: Annotated[Optional[int], typer.Option(  # noqa: UP045
-            help="keep a seeded subset of the training split (smoke runs)")] = None,
+            show_default="all", help="keep a seeded subset of the training split (smoke runs)")
+        ] = None,
         test_limit: Annotated[Optional[int], typer.Option(  # noqa: UP045
-            help="keep a seeded subset of the test split (smoke runs)")] = None,
+            show_default="all", help="keep a seeded subset of the test split (smoke runs)")
+        ] = None,
     ) -> None:
         _run(dataset, method, preset, seeds, seed_offset, epochs, data_dir, out, config,
              set_ or [], n_labelled, prior, scheme, val_fraction, results_json, threads, device,

@@ -7,33 +7,51 @@ from typing import Annotated, Optional
 
 import typer
 
+from adni_pu.cli.common import positional_path, sets_option
+
 cohort_app = typer.Typer(help="Build the PU-labelled, subject-split cohort manifest.",
                          no_args_is_help=True)
 
 
 @cohort_app.command("build")
 def build(
-    clinical: Annotated[Path, typer.Option(help="ADNIMERGE(_<date>).csv or a generic clinical "
-                                                "table (see clinical_columns)")],
-    scans: Annotated[Path, typer.Option(help="preprocessing summary.csv or a table "
-                                             "subject,session,path[,date]")],
-    out: Annotated[Path, typer.Option(help="output folder")],
-    config: Annotated[Optional[Path], typer.Option(help="TOML settings file")] = None,  # noqa: UP045
+    clinical: Annotated[Optional[Path], typer.Argument(  # noqa: UP045
+        metavar="CLINICAL", show_default=False,
+        help="ADNIMERGE(_<date>).csv or a generic clinical table (see clinical_columns) "
+             "(required)")] = None,
+    scans: Annotated[Optional[Path], typer.Argument(  # noqa: UP045
+        metavar="SCANS", show_default=False,
+        help="preprocessing summary.csv or a table subject,session,path[,date] (required)")
+    ] = None,
+    out: Annotated[Optional[Path], typer.Argument(  # noqa: UP045
+        metavar="OUT", show_default=False, help="output folder (required)")] = None,
+    config: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        show_default="none", help="TOML settings file")] = None,
     preset: Annotated[Optional[str], typer.Option(  # noqa: UP045
-        help="paper (default), published-code, tracer-cutoffs or centiloid")] = None,
+        show_default="the file's or --set preset, else paper",
+        help="paper, published-code, tracer-cutoffs or centiloid")] = None,
     amyloid: Annotated[Optional[list[Path]], typer.Option(  # noqa: UP045
+        show_default="none",
         help="amyloid table, repeatable: UC Berkeley UCBERKELEY_AMY_6MM_<date>.csv, "
              "UCBERKELEYAV45/FBB_<date>.csv, or subject,date,tracer,suvr (e.g. SUVRs from "
              "PET images); used before the clinical table's AV45/FBB/PIB "
              "(amyloid.precedence)")] = None,
-    set_: Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
-        "--set", help="override a setting, e.g. --set matching.amyloid_window_days=180")] = None,
+    set_: sets_option("matching.amyloid_window_days=180") = None,
+    clinical_opt: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        "--clinical", hidden=True, help="deprecated spelling of CLINICAL")] = None,
+    scans_opt: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        "--scans", hidden=True, help="deprecated spelling of SCANS")] = None,
+    out_opt: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        "--out", hidden=True, help="deprecated spelling of OUT")] = None,
 ) -> None:
-    """Match scans to visits and amyloid measures, label subjects, split them, write files."""
+    """Match scans to visits and amyloid measures, label subjects, split them, write OUT."""
     from adni_pu.cohort import CohortInputError, build_cohort, load_cohort_config, write_cohort
     from adni_pu.cohort.manifest import check_out_dir
     from adni_pu.config import ConfigError
 
+    clinical = positional_path(clinical, clinical_opt, "CLINICAL", "--clinical")
+    scans = positional_path(scans, scans_opt, "SCANS", "--scans")
+    out = positional_path(out, out_opt, "OUT", "--out")
     try:
         check_out_dir(out)
         cfg = load_cohort_config(config, set_ or [], preset)
@@ -43,7 +61,7 @@ def build(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
     except OSError as exc:
-        typer.echo(f"error: --out {out}: cannot write the cohort files ({exc})", err=True)
+        typer.echo(f"error: output folder {out}: cannot write the cohort files ({exc})", err=True)
         raise typer.Exit(2) from exc
     from adni_pu.cohort import counts_table
 
@@ -52,8 +70,8 @@ def build(
     _echo_issues(cohort.quality, paths)
     typer.echo(f"manifest: {paths['manifest']}")
     typer.echo(f"report: {paths['report']}")
-    typer.echo(f"next: read {paths['report'].name}, then adni-pu train --manifest "
-               f"{paths['manifest']} --out runs/selfpu")
+    typer.echo(f"next: read {paths['report'].name}, then adni-pu train "
+               f"{paths['manifest']} runs/selfpu")
 
 
 #: How many data-quality issues `cohort build` prints (the rest are in the report).
@@ -79,9 +97,10 @@ def _echo_issues(quality, paths: dict[str, Path]) -> None:
 
 @cohort_app.command("report")
 def report(
-    manifest: Annotated[Path, typer.Argument(help="manifest.csv/.parquet or a cohort folder")],
+    manifest: Annotated[Path, typer.Argument(
+        metavar="MANIFEST", help="manifest.csv/.parquet or a cohort folder")],
     out: Annotated[Optional[Path], typer.Option(  # noqa: UP045
-        help="folder for the report (default: beside the manifest)")] = None,
+        show_default="beside the manifest", help="folder for the report")] = None,
 ) -> None:
     """Re-render the cohort report (counts, class prior, SUVR histogram, data quality)."""
     from adni_pu.cohort import CohortInputError, report_from_path

@@ -10,24 +10,40 @@ from pathlib import Path
 import typer
 
 
+def next_steps(output: Path) -> str:
+    """What to run after ``preprocess``: look at the QC, then build the cohort."""
+    return (f"next: adni-pu qc {output}   (contact sheet of the QC pictures, outliers first)\n"
+            f"      adni-pu cohort build ADNIMERGE.csv {output / 'summary.csv'} COHORT_DIR")
+
+
 def register(app: typer.Typer) -> None:
     """Add the ``preprocess`` and ``qc`` commands to ``app``."""
 
     @app.command("preprocess")
     def preprocess(
         input: Path = typer.Argument(
-            ..., help="BIDS folder, folder of NIfTI files or DICOM series, CSV "
+            ..., metavar="INPUT", help="BIDS folder, folder of NIfTI files or DICOM series, CSV "
             "(subject, session, path), or one NIfTI file."),
-        output: Path = typer.Argument(..., help="Output folder (layout: docs/interfaces.md)."),
-        config: Path | None = typer.Option(None, "--config", help="Settings TOML file."),
-        workers: int | None = typer.Option(None, "--workers", help="Parallel scans (processes)."),
-        threads: int | None = typer.Option(None, "--threads", help="Threads per worker."),
-        shard: str | None = typer.Option(None, "--shard", help="Process share i/N of the scans."),
+        output: Path = typer.Argument(..., metavar="OUTPUT",
+                                      help="Output folder (layout: docs/interfaces.md)."),
+        config: Path | None = typer.Option(None, "--config", show_default="none",
+                                           help="Settings TOML file."),
+        workers: int | None = typer.Option(None, "--workers", show_default="runner.workers, 1",
+                                           help="Parallel scans (processes)."),
+        threads: int | None = typer.Option(
+            None, "--threads", show_default="runner.threads_per_worker, 1",
+            help="Threads per worker."),
+        shard: str | None = typer.Option(None, "--shard", show_default="all scans",
+                                         help="Process share i/N of the scans."),
         dask_scheduler: str | None = typer.Option(
-            None, "--dask-scheduler", help="Dask distributed scheduler address (tcp://host:port)."),
+            None, "--dask-scheduler", show_default="none: local processes",
+            help="Dask distributed scheduler address (tcp://host:port)."),
         set_: list[str] = typer.Option(
-            [], "--set", help="Override a setting, e.g. --set skullstrip.method=template."),
-        no_progress: bool = typer.Option(False, "--no-progress", help="Hide the progress bar."),
+            [], "--set", metavar="KEY=VALUE", show_default="none",
+            help="Override a setting (repeatable), e.g. --set skullstrip.method=template."),
+        progress: bool | None = typer.Option(
+            None, "--progress/--no-progress", show_default="runner.progress, on",
+            help="Show a progress bar."),
     ) -> None:
         """Preprocess T1 scans: N4, skull strip, MNI registration, cerebellum removal, QC."""
         from adni_pu.config import ConfigError
@@ -37,7 +53,7 @@ def register(app: typer.Typer) -> None:
             cfg = load_config(config, list(set_))
             summary = run_preprocessing(
                 input, output, cfg, workers=workers, threads_per_worker=threads, shard=shard,
-                dask_scheduler=dask_scheduler, progress=False if no_progress else None)
+                dask_scheduler=dask_scheduler, progress=progress)
         except (ConfigError, ScanError, ValueError) as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from exc
@@ -47,13 +63,18 @@ def register(app: typer.Typer) -> None:
             if row.status in ("failed", "failed-qc"):
                 typer.echo(f"  {row.status}: sub-{row.subject_id} ses-{row.session_id}: {row.error}")
         typer.echo(f"summary: {output / 'summary.csv'}")
+        if counts.get("done", 0) or counts.get("skipped", 0):  # usable volumes exist
+            typer.echo(next_steps(output))
         if counts.get("failed", 0) or counts.get("failed-qc", 0):
             raise typer.Exit(1)
 
     @app.command("qc")
     def qc(
-        output: Path = typer.Argument(..., help="A folder written by adni-pu preprocess."),
-        out_png: Path | None = typer.Option(None, "--out", help="Contact sheet PNG path."),
+        output: Path = typer.Argument(..., metavar="OUTPUT",
+                                      help="A folder written by adni-pu preprocess."),
+        out_png: Path | None = typer.Option(None, "--out",
+                                            show_default="OUTPUT/qc_contact_sheet.png",
+                                            help="Contact sheet PNG path."),
         z_threshold: float = typer.Option(3.5, "--z", help="Robust z-score that marks an outlier."),
     ) -> None:
         """Contact sheet of all QC pictures, outliers first; prints the outliers."""

@@ -11,10 +11,11 @@ from typing import Annotated, Optional
 
 import typer
 
+from adni_pu.cli.common import positional_path, sets_option
 from adni_pu.demo import DemoSettings  # light: no torch, MONAI or ITK at import
 
-Sets = Annotated[Optional[list[str]], typer.Option(  # noqa: UP045 - typer needs Optional
-    "--set", help="override a setting, e.g. --set train.epochs=20 --set prior=0.45")]
+Sets = sets_option("train.epochs=20 --set prior=0.45")
+Device = Annotated[str, typer.Option(help="auto, cpu or cuda")]
 
 
 def _fail(exc: BaseException, code: int = 2) -> typer.Exit:
@@ -35,19 +36,31 @@ def _known_errors() -> tuple[type[BaseException], ...]:
 
 
 def train(
-    manifest: Annotated[Path, typer.Option(help="cohort manifest (CSV/Parquet) or cohort "
-                                                "folder from `adni-pu cohort build`")],
-    out: Annotated[Path, typer.Option(help="run folder (rerun the same command to resume)")],
+    manifest: Annotated[Optional[Path], typer.Argument(  # noqa: UP045
+        metavar="MANIFEST", show_default=False,
+        help="cohort manifest (CSV/Parquet) or cohort folder from `adni-pu cohort build` "
+             "(required)")] = None,
+    run: Annotated[Optional[Path], typer.Argument(  # noqa: UP045
+        metavar="RUN", show_default=False,
+        help="run folder to write; rerun the same command to resume (required)")] = None,
     config: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        show_default="none",
         help="TOML settings (sections [train] and [data]; e.g. RUN/volume_config.toml)")] = None,
     preset: Annotated[Optional[str], typer.Option(  # noqa: UP045
-        help="training preset: naive, upu, nnpu, selfpu (default) or an ablation row; "
+        show_default="the file's or --set preset, else selfpu",
+        help="training preset: naive, upu, nnpu, selfpu or an ablation row; "
              "see `adni-pu presets`")] = None,
     set_: Sets = None,
+    manifest_opt: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        "--manifest", hidden=True, help="deprecated spelling of MANIFEST")] = None,
+    out_opt: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        "--out", hidden=True, help="deprecated spelling of RUN")] = None,
 ) -> None:
-    """Train on the manifest's train split, select on val; write the run folder."""
+    """Train on the manifest's train split, select on val; write the run folder RUN."""
     from adni_pu.volume_run import load_volume_config, train_volumes
 
+    manifest = positional_path(manifest, manifest_opt, "MANIFEST", "--manifest")
+    out = positional_path(run, out_opt, "RUN", "--out")
     try:
         cfg = load_volume_config(config, set_ or [], preset)
         fit = train_volumes(manifest, cfg, out)
@@ -63,14 +76,16 @@ def train(
 
 
 def evaluate(
-    run: Annotated[Path, typer.Argument(help="run folder written by `adni-pu train`")],
-    split: Annotated[str, typer.Option(help="manifest split to evaluate (never train/val)")
-                     ] = "test",
+    run: Annotated[Path, typer.Argument(metavar="RUN",
+                                        help="run folder written by `adni-pu train`")],
+    split: Annotated[str, typer.Option(
+        help="manifest split to evaluate; the run's training and validation subjects are "
+             "refused")] = "test",
     manifest: Annotated[Optional[Path], typer.Option(  # noqa: UP045
-        help="another manifest (default: the one the run was trained on)")] = None,
+        show_default="the one the run was trained on", help="another manifest")] = None,
     bootstrap: Annotated[Optional[int], typer.Option(  # noqa: UP045
-        help="bootstrap resamples (default: the run's setting, 1000)")] = None,
-    device: Annotated[str, typer.Option(help="auto, cpu or cuda")] = "auto",
+        show_default="the run's setting, 1000", help="bootstrap resamples")] = None,
+    device: Device = "auto",
 ) -> None:
     """Accuracy, balanced accuracy, AUC, sensitivity, specificity with 95 % CIs; ROC plot."""
     from adni_pu.volume_run import METRICS, evaluate_run, format_ci
@@ -89,14 +104,18 @@ def evaluate(
 
 
 def predict(
-    run: Annotated[Path, typer.Argument(help="run folder written by `adni-pu train`")],
+    run: Annotated[Path, typer.Argument(metavar="RUN",
+                                        help="run folder written by `adni-pu train`")],
     scans: Annotated[list[Path], typer.Argument(
+        metavar="SCAN",
         help="NIfTI scans: model-grid volumes are used as they are, raw T1 scans are "
              "preprocessed first with the run's recorded settings")],
-    out: Annotated[Optional[Path], typer.Option(help="write the table as CSV")] = None,  # noqa: UP045
+    out: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        show_default="none: printed only", help="write the table as CSV")] = None,
     work_dir: Annotated[Optional[Path], typer.Option(  # noqa: UP045
-        help="where raw scans are preprocessed (default RUN/predictions/preprocessed)")] = None,
-    device: Annotated[str, typer.Option(help="auto, cpu or cuda")] = "auto",
+        show_default="RUN/predictions/preprocessed",
+        help="where raw scans are preprocessed")] = None,
+    device: Device = "auto",
 ) -> None:
     """Per-scan probability of amyloid positivity from the run's selected model."""
     from adni_pu.volume_run import predict_scans

@@ -380,7 +380,7 @@ def check_out_dir(out_dir: str | Path) -> None:
         if path.exists():
             if not path.is_dir():
                 what = "is" if path == out_dir else f"lies under {path}, which is"
-                raise CohortInputError(f"--out {out_dir}: {what} a file; expected a folder "
+                raise CohortInputError(f"output folder {out_dir}: {what} a file; expected a folder "
                                        "(new or existing) for the cohort files")
             return
 

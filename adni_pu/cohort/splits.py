@@ -38,18 +38,21 @@ def assert_no_leakage(
     train_subjects: Iterable[object],
     eval_subjects: Iterable[object],
     what: str = "evaluation",
+    seen_in: str = "training",
+    advice: str = "Splits must be by subject; rebuild the cohort or remove these subjects.",
 ) -> None:
-    """Refuse to evaluate on a subject seen in training.
+    """Refuse to evaluate on a subject seen in training (or, per ``seen_in``, in selection).
 
     Ids are compared after normalisation, so ``sub-ADNI011S0002`` and ``011_S_0002`` are
-    the same subject. Raises :class:`LeakageError` listing every shared subject.
+    the same subject. Raises :class:`LeakageError` listing every shared subject, saying
+    where they were seen (``seen_in``) and what to do (``advice``).
     """
     shared = sorted(_ids(train_subjects) & _ids(eval_subjects))
     if shared:
         shown = ", ".join(shared[:20]) + (f" ... ({len(shared) - 20} more)" if len(shared) > 20 else "")
         raise LeakageError(
-            f"data leakage: {len(shared)} {what} subject(s) were also in training: {shown}. "
-            "Splits must be by subject; rebuild the cohort or remove these subjects."
+            f"data leakage: {len(shared)} {what} subject(s) were also in {seen_in}: {shown}. "
+            f"{advice}"
         )
 
 

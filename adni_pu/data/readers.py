@@ -16,6 +16,8 @@ import hashlib
 import io
 import pickle
 import tarfile
+import zipfile
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,8 +77,8 @@ def _read_bytes(path: Path) -> bytes:
             with gzip.open(path, "rb") as handle:
                 return handle.read()
         return path.read_bytes()
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
-        raise DataFormatError(f"{path}: cannot read ({exc})") from exc
+    except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:  # zlib: corrupt deflate
+        raise DataFormatError(f"{path}: cannot read, corrupt or truncated file ({exc})") from exc
 
 
 def read_idx(path: str | Path, expected_ndim: int | None = None) -> np.ndarray:
@@ -138,9 +140,14 @@ def load_mnist(directory: str | Path, check_counts: bool = True) -> TrainTest:
 def _unpickle(path: Path) -> dict:
     try:
         with path.open("rb") as handle:
-            return pickle.load(handle, encoding="bytes")
-    except (OSError, EOFError, pickle.UnpicklingError, ValueError) as exc:
-        raise DataFormatError(f"{path}: not a readable CIFAR-10 batch pickle ({exc})") from exc
+            batch = pickle.load(handle, encoding="bytes")
+    except Exception as exc:  # noqa: BLE001 - a corrupt pickle raises almost any type
+        raise DataFormatError(f"{path}: not a readable CIFAR-10 batch pickle "
+                              f"({type(exc).__name__}: {exc})") from exc
+    if not isinstance(batch, dict):
+        raise DataFormatError(f"{path}: not a CIFAR-10 batch pickle (holds a "
+                              f"{type(batch).__name__}; expected a dict)")
+    return batch
 
 
 def _cifar_batch(path: Path) -> LabelledArrays:
@@ -279,11 +286,14 @@ def load_cifar10(path: str | Path, cache_dir: str | Path | None = None) -> Train
     key = hashlib.sha256(f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()
     cache = Path(cache_dir) / f"cifar10-{key[:16]}.npz"
     if cache.is_file():
-        with np.load(cache) as z:
-            return TrainTest(
-                LabelledArrays(z["xtr"], z["ytr"]), LabelledArrays(z["xte"], z["yte"]),
-                "cifar10", str(path),
-            )
+        try:
+            with np.load(cache) as z:
+                return TrainTest(
+                    LabelledArrays(z["xtr"], z["ytr"]), LabelledArrays(z["xte"], z["yte"]),
+                    "cifar10", str(path),
+                )
+        except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile, zlib.error):
+            pass  # a damaged cache is only a cache: decode the source again and rewrite it
     data = load_image_folder(path)
     cache.parent.mkdir(parents=True, exist_ok=True)
     tmp = cache.with_suffix(".tmp.npz")

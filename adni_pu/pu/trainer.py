@@ -129,6 +129,11 @@ class Trainer:
             torch.use_deterministic_algorithms(True, warn_only=True)
             if self.device.type == "cuda":
                 torch.backends.cudnn.benchmark = False
+        if config.prior is not None and not math.isclose(config.prior, data.prior):
+            # the risks would use one value and the unlabelled prior (and data.json) another
+            raise cfgmod.ConfigError(
+                f"prior = {config.prior} in the training settings differs from the class prior "
+                f"{data.prior} the data were built with; set the prior once")
         self.prior = float(config.prior if config.prior is not None else data.prior)
         self.prior_u = self.prior if data.scheme == "case-control" else data.prior_u
         if model_factory is None:

@@ -1,0 +1,36 @@
+"""Small pieces shared by the CLI modules (light: no heavy imports)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+
+def sets_option(example: str) -> Any:
+    """The ``--set KEY=VALUE`` option (repeatable); ``example`` completes its help."""
+    return Annotated[Optional[list[str]], typer.Option(  # noqa: UP045 - typer needs Optional
+        "--set", metavar="KEY=VALUE", show_default="none",
+        help=f"override a setting (repeatable), e.g. --set {example}")]
+
+
+def positional_path(value: Path | None, deprecated: Path | None, name: str, flag: str) -> Path:
+    """The path given as positional ``name``, or through its deprecated option ``flag``.
+
+    Commands once took some of their main paths as required options (``train --manifest M
+    --out RUN``); that spelling still works, with a warning on stderr, and giving both
+    spellings with different values is refused.
+    """
+    if deprecated is not None:
+        if value is not None and value != deprecated:
+            typer.echo(f"error: {name} given twice, as {value} and as {flag} {deprecated}; "
+                       "give it once, as the positional argument", err=True)
+            raise typer.Exit(2)
+        typer.echo(f"warning: {flag} is deprecated; give {name} as a positional argument",
+                   err=True)
+        return deprecated
+    if value is None:
+        typer.echo(f"error: missing argument {name} (see --help)", err=True)
+        raise typer.Exit(2)
+    return value

@@ -1,0 +1,114 @@
+"""What every ``adni-pu`` command promises its users (docs/interfaces.md, "Command line")."""
+
+from __future__ import annotations
+
+from importlib.metadata import version
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import typer.main
+from typer.testing import CliRunner
+
+from adni_pu.cli.app import app
+
+runner = CliRunner()
+
+
+def _commands(cmd=None, path=()):
+    """(path, click command) of every leaf command of the app."""
+    cmd = cmd or typer.main.get_command(app)
+    subs = getattr(cmd, "commands", None)
+    if subs is None:
+        yield path, cmd
+        return
+    for name, sub in subs.items():
+        yield from _commands(sub, (*path, name))
+
+
+def _help_records():
+    for path, cmd in _commands():
+        ctx = cmd.context_class(cmd, info_name=path[-1])
+        for param in cmd.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is not None and param.name != "help":
+                yield path, param, record
+
+
+def test_version_comes_from_package_metadata():
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == f"adni-pu {version('adni-pu')}"
+
+
+def test_every_value_option_shows_its_default():
+    missing = [f"{' '.join(path)} {rec[0]}" for path, param, rec in _help_records()
+               if param.param_type_name == "option" and not param.is_flag
+               and "default:" not in rec[1]]
+    assert missing == []
+
+
+def test_flags_take_no_value_and_options_are_never_required():
+    for path, param, rec in _help_records():
+        if param.param_type_name != "option":
+            continue
+        assert not param.required, f"{' '.join(path)} {rec[0]}: required paths are positional"
+        if param.is_flag:
+            assert "<" not in rec[0], f"{' '.join(path)} {rec[0]}: a flag shown with a value"
+
+
+@pytest.mark.parametrize("args", [["--help"], ["train", "--help"], ["preprocess", "--help"],
+                                  ["cohort", "build", "--help"]])
+def test_help_text_is_printed_as_written(args):
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0
+    assert "<bool>" not in result.output
+    if args[0] == "train":  # bracketed names are not swallowed as markup
+        assert "[train] and [data]" in " ".join(result.output.split())
+        assert "Usage: adni-pu train [OPTIONS] [MANIFEST] [RUN]" in result.output
+    if args[0] == "cohort":
+        assert "[CLINICAL] [SCANS] [OUT]" in result.output
+        assert "ADNIMERGE(_<date>).csv" in result.output
+
+
+def test_train_takes_positional_paths_and_the_old_options_still_work(tmp_path):
+    missing = tmp_path / "none.csv"
+    new = runner.invoke(app, ["train", str(missing), str(tmp_path / "run")])
+    old = runner.invoke(app, ["train", "--manifest", str(missing), "--out", str(tmp_path / "r")])
+    for result in (new, old):
+        assert result.exit_code == 2
+        assert "none.csv not found" in result.output
+    assert "--manifest is deprecated" in old.output and "deprecated" not in new.output
+    both = runner.invoke(app, ["train", str(missing), str(tmp_path / "run"),
+                               "--out", str(tmp_path / "other")])
+    assert both.exit_code == 2 and "given twice" in both.output
+    none = runner.invoke(app, ["train", str(missing)])
+    assert none.exit_code == 2 and "RUN" in none.output and "missing" in none.output
+    assert not (tmp_path / "run").exists()
+
+
+def test_cohort_build_takes_positional_paths_and_the_old_options_still_work(tmp_path):
+    missing = tmp_path / "nope.csv"
+    args = [str(missing), str(tmp_path / "scans.csv"), str(tmp_path / "out")]
+    new = runner.invoke(app, ["cohort", "build", *args])
+    old = runner.invoke(app, ["cohort", "build", "--clinical", args[0], "--scans", args[1],
+                              "--out", args[2]])
+    for result in (new, old):
+        assert result.exit_code == 2
+        assert "nope.csv" in result.output
+    assert "--clinical is deprecated" in old.output
+
+
+def test_preprocess_prints_the_next_steps(tmp_path, monkeypatch):
+    import adni_pu.preprocessing as prep
+
+    def fake_run(inputs, output, cfg, **kwargs):
+        return pd.DataFrame({"status": ["done", "skipped"], "subject_id": ["a", "b"],
+                             "session_id": ["1", "1"], "error": ["", ""]})
+
+    monkeypatch.setattr(prep, "run_preprocessing", fake_run)
+    out = tmp_path / "prep"
+    result = runner.invoke(app, ["preprocess", str(tmp_path), str(out), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert f"next: adni-pu qc {out}" in result.output
+    assert f"adni-pu cohort build ADNIMERGE.csv {Path(out) / 'summary.csv'}" in result.output
