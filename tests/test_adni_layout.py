@@ -221,6 +221,7 @@ def test_download_to_summary_to_cohort_matches_visits_by_date(download: Path,
         "scans with status 'extra-t1' (usable: ['done', 'skipped'])",
         "scans with status 'not-t1' (usable: ['done', 'skipped'])"]
     assert sorted(left_out["count"]) == [3, 4]
+    assert sorted(cohort.excluded["reason"]) == ["status extra-t1"] * 3 + ["status not-t1"] * 4
 
     narrow = tmp_path / "narrow.toml"
     narrow.write_text("[matching]\nvisit_window_days = 30\n")
@@ -238,3 +239,17 @@ def test_shards_share_the_left_out_inputs(download: Path, tmp_path: Path, monkey
     images = sorted(i for p in parts for i in p["image_id"])
     assert images == sorted(t[3] for t in TREE)
 
+
+
+def test_cli_reads_a_download_and_counts_what_it_left_out(download: Path, tmp_path: Path,
+                                                          monkeypatch) -> None:
+    from typer.testing import CliRunner
+
+    from adni_pu.cli.app import app
+
+    monkeypatch.setattr(pipe, "_run_steps", _fake_steps)
+    result = CliRunner().invoke(app, ["preprocess", str(download), str(tmp_path / "o"),
+                                      "--no-progress"])
+    assert result.exit_code == 0, result.output  # series left out are not failures
+    assert "3 done" in result.output and "4 not-t1" in result.output
+    assert "3 extra-t1" in result.output

@@ -16,8 +16,9 @@ def register(app: typer.Typer) -> None:
     @app.command("preprocess")
     def preprocess(
         input: Path = typer.Argument(
-            ..., help="BIDS folder, folder of NIfTI files or DICOM series, CSV "
-            "(subject, session, path), or one NIfTI file."),
+            ..., help="BIDS folder, ADNI download (ADNI/PTID/series/date_time/image ID/), "
+            "folder of NIfTI files or DICOM series, CSV (subject, session, path), or one "
+            "NIfTI file."),
         output: Path = typer.Argument(..., help="Output folder (layout: docs/interfaces.md)."),
         config: Path | None = typer.Option(None, "--config", help="Settings TOML file."),
         workers: int | None = typer.Option(None, "--workers", help="Parallel scans (processes)."),
