@@ -170,6 +170,16 @@ def test_discovery_settings_are_checked_and_not_hashed() -> None:
     assert settings_hash(changed) == settings_hash(load_config())
 
 
+def test_discovery_settings_survive_the_saved_config(tmp_path: Path) -> None:
+    """preprocess_config.toml holds the patterns (backslashes, look-behinds) unchanged."""
+    from adni_pu import config as cfgmod
+
+    cfg = load_config(None, [r'discovery.skip_series=["\\bscout\\b", "(?<![a-z])t2"]'])
+    assert cfg.discovery.skip_series == (r"\bscout\b", "(?<![a-z])t2")
+    path = cfgmod.save(cfg, tmp_path / "preprocess_config.toml")
+    assert load_config(path) == cfg
+
+
 def _fake_steps(scan, paths, config, timings):
     return {paths["preproc"]: b"volume", paths["qc"]: b"png"}, "done", [], {}
 

@@ -1,10 +1,11 @@
 """Input discovery, reading and validation of T1 scans, and atomic output writing.
 
-Discovery turns what a user has (a BIDS dataset, a folder of NIfTI files, a CSV of
-subject/session/path, DICOM series folders, a single file, or a Python list) into a
-list of :class:`Scan`. Reading returns a float32 volume with its voxel-to-RAS affine and
-refuses, with a message naming the file, what was expected and what was found, anything
-that is not a plausible 3D T1 scan.
+Discovery turns what a user has (a BIDS dataset, an ADNI download, a folder of NIfTI
+files, a CSV of subject/session/path, DICOM series folders, a single file, or a Python
+list) into a list of :class:`Scan`, and the inputs it leaves out into :class:`Excluded`.
+Reading returns a float32 volume with its voxel-to-RAS affine and refuses, with a
+message naming the file, what was expected and what was found, anything that is not a
+plausible 3D T1 scan.
 """
 
 from __future__ import annotations
