@@ -15,7 +15,7 @@ from adni_pu.preprocessing import load_config, run_preprocessing, settings_hash
 from adni_pu.preprocessing import pipeline as pipe
 from adni_pu.preprocessing.adni_layout import series_skip_reason
 from adni_pu.preprocessing.config import DiscoverySettings
-from adni_pu.preprocessing.io import ScanError, discover, discover_scans, load_scan
+from adni_pu.preprocessing.io import ScanError, discover, discover_scans, load_scan, to_canonical
 
 DEFAULTS = DiscoverySettings()
 
@@ -47,9 +47,9 @@ def test_adni_download_is_read_with_dates_image_ids_and_series(download: Path) -
     dcm = by_id["I300001"]  # a DICOM series: the folder holding the slices is the scan
     assert dcm.path.is_dir() and dcm.path.name == "I300001"
     assert (dcm.session_id, dcm.acquisition_date) == ("20120510", "2012-05-10")
-    data, affine = load_scan(dcm.path)
-    assert data.shape == head_volume()[0].shape
-    assert np.allclose(np.abs(np.diag(affine)[:3]), 3.0)
+    data, affine = to_canonical(*load_scan(dcm.path))  # DICOM is read in LPS voxel order
+    written, written_affine = head_volume(5)  # TREE's sixth entry
+    assert np.array_equal(data, written) and np.allclose(affine, written_affine)
     # the same scans from the ADNI folder itself and from one subject's folder
     assert discover_scans(download / "ADNI") == found.scans
     assert discover_scans(download / "ADNI" / "002_S_0295") == [by_id["I45108"]]
@@ -263,3 +263,33 @@ def test_cli_reads_a_download_and_counts_what_it_left_out(download: Path, tmp_pa
     assert result.exit_code == 0, result.output  # series left out are not failures
     assert "3 done" in result.output and "4 not-t1" in result.output
     assert "3 extra-t1" in result.output
+
+
+def test_real_preprocessing_of_an_adni_dicom_series(tmp_path: Path) -> None:
+    """A synthetic head stored as ADNI stores a DICOM T1 goes through the whole pipeline."""
+    import json
+
+    from adni_tree import write_dicom_series
+
+    from adni_pu.preprocessing import output_paths
+    from adni_pu.preprocessing.phantom import synthetic_head
+
+    head = synthetic_head(rotation_deg=(3.0, 0.0, -4.0), translation_mm=(2.0, -3.0, 1.0), seed=3)
+    scale = 1000.0 / float(head.data.max())
+    folder = tmp_path / "ADNI/011_S_0002/Accelerated_Sagittal_MPRAGE/2012-05-10_09_12_00.0/I300001"
+    write_dicom_series(folder, np.round(head.data * scale).astype(np.int16), head.affine,
+                       "1.2.826.0.1.3680043.9.8")
+    fast = ['skullstrip.method="template"', "registration.resolution_mm=4.0",
+            "registration.iterations=[50, 20]", "registration.shrink_factors=[2, 1]",
+            "registration.smoothing_sigmas=[1.0, 0.0]", "grid.spacing_mm=3.0",
+            "grid.shape=[61, 73, 61]"]
+    summary = run_preprocessing(tmp_path, tmp_path / "out", load_config(None, fast),
+                                progress=False)
+    row = summary.iloc[0]
+    assert (row["status"], row["session_id"], row["image_id"]) == ("done", "20120510", "I300001"),\
+        row["error"]
+    scan = discover_scans(tmp_path)[0]
+    side = json.loads(output_paths(scan, tmp_path / "out")["sidecar"].read_text())
+    assert (side["acquisition_date"], side["series_description"]) == (
+        "2012-05-10", "Accelerated_Sagittal_MPRAGE")
+    assert side["input"]["orientation"] == "LPS"
