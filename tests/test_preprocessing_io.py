@@ -65,6 +65,31 @@ def test_discover_flat_folder_csv_list_and_single_file(tmp_path: Path) -> None:
     assert discover_scans([p1, Scan("a", "b", p1)])[1].label == "sub-a_ses-b"
 
 
+def test_flat_folder_with_a_sub_prefixed_file_is_not_bids(tmp_path: Path) -> None:
+    d, a = _head()
+    _save(tmp_path / "flat/sub-01_T1w.nii.gz", d, a)
+    _save(tmp_path / "flat/scanB.nii.gz", d, a)
+    (tmp_path / "flat/sub-02").mkdir()  # a sub-* folder without anat/ data is not BIDS either
+    scans = discover_scans(tmp_path / "flat")
+    assert [s.subject_id for s in scans] == ["scanB", "sub-01_T1w"]
+    _save(tmp_path / "flat/sub-03/anat/sub-03_T1w.nii.gz", d, a)
+    assert [s.subject_id for s in discover_scans(tmp_path / "flat")] == ["03"]
+
+
+def test_csv_dates_image_ids_and_series_are_kept(tmp_path: Path) -> None:
+    csv = tmp_path / "list.csv"
+    csv.write_text("subject,session,path,acquisition_date,image_id,series_description\n"
+                   "011_S_0002,bl,a.nii,5/2/2011,I238623,MPRAGE\n"
+                   "011_S_0003,bl,b.nii,2011-05-03 10:00:00,,\n")
+    first, second = discover_scans(csv)
+    assert (first.acquisition_date, first.image_id, first.series_description) == (
+        "2011-05-02", "I238623", "MPRAGE")
+    assert (second.acquisition_date, second.image_id) == ("2011-05-03", "")
+    csv.write_text("subject,path,scan_date\nX,a.nii,2011-13-45\n")
+    with pytest.raises(ScanError, match=r"line 2: column scan_date: expected a date.*2011-13-45"):
+        discover_scans(csv)
+
+
 def test_discovery_errors_name_the_problem(tmp_path: Path) -> None:
     with pytest.raises(ScanError, match="not found"):
         discover_scans(tmp_path / "missing")

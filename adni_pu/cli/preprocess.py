@@ -22,8 +22,9 @@ def register(app: typer.Typer) -> None:
     @app.command("preprocess")
     def preprocess(
         input: Path = typer.Argument(
-            ..., metavar="INPUT", help="BIDS folder, folder of NIfTI files or DICOM series, CSV "
-            "(subject, session, path), or one NIfTI file."),
+            ..., metavar="INPUT", help="BIDS folder, ADNI download (ADNI/PTID/series/date_time/"
+            "image ID/), folder of NIfTI files or DICOM series, CSV (subject, session, path), "
+            "or one NIfTI file."),
         output: Path = typer.Argument(..., metavar="OUTPUT",
                                       help="Output folder (layout: docs/interfaces.md)."),
         config: Path | None = typer.Option(None, "--config", show_default="none",

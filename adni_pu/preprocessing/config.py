@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -135,6 +136,88 @@ class ValidationSettings:
     max_extent_mm: float = 600.0
 
 
+#: ADNI T1 series kept by default (regular expressions searched in the series description
+#: in lower case with underscores read as spaces, as IDA's folder names turn spaces and
+#: punctuation into underscores): MPRAGE in all its spellings (MP-RAGE, MP RAGE, t1_mprage, ASO-MPRAGE,
+#: Accelerated Sagittal MPRAGE), GE's IR-SPGR / IR-FSPGR, ADNI's corrected images
+#: (``MPR; GradWarp; B1 Correction; N3; Scaled``, ``MPR-R; ...``, ``MT1; GradWarp; N3m``)
+#: and anything named T1.
+DEFAULT_T1_SERIES: tuple[str, ...] = (
+    r"mp[-_ ]?rag",
+    r"(?<![a-z])f?spgr",
+    r"(?<![a-z0-9])mpr(?:-r)?(?![a-z0-9])",
+    r"(?<![a-z0-9])mt1(?![a-z0-9])",
+    r"(?<![a-z0-9])t1(?![0-9])",
+)
+
+#: Series skipped by default even when a keep pattern matches (the skip list wins).
+DEFAULT_SKIP_SERIES: tuple[str, ...] = (
+    r"locali[sz]er|scout|survey|(?<![a-z])loc(?![a-z])",
+    r"calibration|(?<![a-z])cal(?![a-z])|asset",
+    r"field[-_ ]?map",
+    r"flair",
+    r"(?<![a-z0-9])t2(?![0-9])",
+    r"(?<![a-z0-9])pd(?![a-z0-9])|proton",
+    r"dti|dwi|diffusion|tensor",
+    r"fmri|bold|resting|(?<![a-z])epi(?![a-z])",
+    r"(?<![a-z])p?c?asl(?![a-z])|perfusion",
+    r"(?<![a-z])swi(?![a-z])|swan|susceptib",
+    r"hippocamp",
+    r"(?<![a-z0-9])mpr (?:cor|sag|tra)(?![a-z])|reformat",
+    r"angio|(?<![a-z])tof(?![a-z])",
+    r"phantom",
+)
+
+#: Preferred series when a visit has several T1 scans, best first: ADNI's corrected
+#: images (GradWarp corrects the scanner's gradient distortion, which the pipeline cannot),
+#: most corrected first; then everything else (the raw scans).
+DEFAULT_PREFER_SERIES: tuple[str, ...] = (
+    r"gradwarp.*b1.*n3",
+    r"gradwarp.*n3",
+    r"n3",
+    r"gradwarp",
+)
+
+#: Series used only when nothing else of the same preference is there: repeats
+#: (``MPRAGE Repeat``, ``MPR-R; ...``) and Siemens' ``_ND`` copies (no distortion correction).
+DEFAULT_FALLBACK_SERIES: tuple[str, ...] = (
+    r"repea|(?<![a-z0-9])mpr-r(?![a-z])|(?<![a-z])rep(?![a-z])",
+    r"[_ ]nd(?![a-z0-9])",
+)
+
+
+@dataclass
+class DiscoverySettings:
+    """How an ADNI download (``ADNI/<PTID>/<series>/<date_time>/<image ID>/``) is read.
+
+    A series is kept when its description matches one of ``t1_series`` and none of
+    ``skip_series`` (regular expressions, searched in the description in lower case with
+    underscores read as spaces). Several kept T1
+    scans of one subject on one acquisition date are resolved by ``per_visit``: ``one``
+    keeps the best by the rule below, ``all`` keeps every one (session ``<date>I<image
+    ID>``). The rule, in order: the first pattern of ``prefer_series`` the description
+    matches (unmatched last), then not a ``fallback_series`` (repeats, ``_ND`` copies),
+    then the earliest acquisition time, then the smallest image ID. Not part of the
+    settings hash: it chooses scans, it does not change how one is processed.
+    """
+
+    t1_series: tuple[str, ...] = DEFAULT_T1_SERIES
+    skip_series: tuple[str, ...] = DEFAULT_SKIP_SERIES
+    prefer_series: tuple[str, ...] = DEFAULT_PREFER_SERIES
+    fallback_series: tuple[str, ...] = DEFAULT_FALLBACK_SERIES
+    per_visit: Literal["one", "all"] = "one"
+
+    def __post_init__(self) -> None:
+        for name in ("t1_series", "skip_series", "prefer_series", "fallback_series"):
+            for pattern in getattr(self, name):
+                try:
+                    re.compile(pattern)
+                except re.error as exc:
+                    raise ValueError(
+                        f"discovery.{name}: expected regular expressions, found {pattern!r} "
+                        f"({exc})") from exc
+
+
 @dataclass
 class RunnerSettings:
     """How scans are spread over processes (not part of the settings hash)."""
@@ -166,13 +249,19 @@ class PreprocessConfig:
     intensity: IntensitySettings = field(default_factory=IntensitySettings)
     grid: GridSettings = field(default_factory=GridSettings)
     qc: QCSettings = field(default_factory=QCSettings)
+    discovery: DiscoverySettings = field(default_factory=DiscoverySettings)
     runner: RunnerSettings = field(default_factory=RunnerSettings)
 
 
 def settings_hash(cfg: PreprocessConfig) -> str:
-    """Short hash of every setting that changes a scan's outputs (runner settings excluded)."""
+    """Short hash of every setting that changes a scan's outputs.
+
+    The runner and discovery settings are left out: they decide which scans run and
+    where, not what a scan's outputs are.
+    """
     data = _config.to_dict(cfg)
     data.pop("runner", None)
+    data.pop("discovery", None)
     data["pipeline_version"] = PIPELINE_VERSION
     text = json.dumps(data, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -1,15 +1,17 @@
 """Input discovery, reading and validation of T1 scans, and atomic output writing.
 
-Discovery turns what a user has (a BIDS dataset, a folder of NIfTI files, a CSV of
-subject/session/path, DICOM series folders, a single file, or a Python list) into a
-list of :class:`Scan`. Reading returns a float32 volume with its voxel-to-RAS affine and
-refuses, with a message naming the file, what was expected and what was found, anything
-that is not a plausible 3D T1 scan.
+Discovery turns what a user has (a BIDS dataset, an ADNI download, a folder of NIfTI
+files, a CSV of subject/session/path, DICOM series folders, a single file, or a Python
+list) into a list of :class:`Scan`, and the inputs it leaves out into :class:`Excluded`.
+Reading returns a float32 volume with its voxel-to-RAS affine and refuses, with a
+message naming the file, what was expected and what was found, anything that is not a
+plausible 3D T1 scan.
 """
 
 from __future__ import annotations
 
 import csv
+import datetime as dt
 import gzip
 import os
 import re
@@ -20,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import ValidationSettings
+from .config import DiscoverySettings, ValidationSettings
 
 NIFTI_SUFFIXES = (".nii", ".nii.gz")
 
@@ -31,11 +33,25 @@ class ScanError(ValueError):
 
 @dataclass(frozen=True)
 class Scan:
-    """One input scan: who, which visit, and where it lives (a file or a DICOM folder)."""
+    """One input scan: who, which visit, and where it lives (a file or a DICOM folder).
+
+    ``acquisition_date`` (``YYYY-MM-DD``), ``image_id`` and ``series_description`` are
+    known for an ADNI download (and from a CSV that has them); they go into summary.csv,
+    where the cohort builder matches the scan to its clinical visit by date.
+    """
 
     subject_id: str
     session_id: str
     path: Path
+    acquisition_date: str = ""
+    image_id: str = ""
+    series_description: str = ""
+
+    def summary_fields(self) -> dict[str, str]:
+        """This scan's identifying columns of summary.csv."""
+        return {"subject_id": self.subject_id, "session_id": self.session_id,
+                "acquisition_date": self.acquisition_date, "image_id": self.image_id,
+                "series_description": self.series_description, "input_path": str(self.path)}
 
     @property
     def label(self) -> str:
@@ -52,6 +68,35 @@ class Scan:
 
 
 DEFAULT_SESSION = "01"
+
+#: summary.csv statuses of inputs found but not processed (see :class:`Excluded`).
+NOT_T1 = "not-t1"
+EXTRA_T1 = "extra-t1"
+
+
+@dataclass(frozen=True)
+class Excluded:
+    """An input found but not processed, and why: a series that is not a T1 (``not-t1``),
+    a T1 beaten by another of the same visit (``extra-t1``), or an image folder that
+    cannot be used (``failed``). Each becomes a summary.csv row with the reason in ``error``.
+    """
+
+    scan: Scan
+    status: str
+    reason: str
+
+    def row(self) -> dict:
+        """This input's summary.csv row."""
+        return {**self.scan.summary_fields(), "status": self.status, "preprocessed_path": "",
+                "error": self.reason, "seconds": 0.0}
+
+
+@dataclass
+class Discovery:
+    """What :func:`discover` found: the scans to process and the inputs left out."""
+
+    scans: list[Scan]
+    excluded: list[Excluded]
 
 
 def bids_label(text: str) -> str:
@@ -77,6 +122,18 @@ def _stem(path: Path) -> str:
 def _bids_entity(name: str, key: str) -> str | None:
     match = re.search(rf"(?:^|_){key}-([A-Za-z0-9]+)", name)
     return match.group(1) if match else None
+
+
+def _is_bids(root: Path) -> bool:
+    """A BIDS dataset: some ``sub-*`` folder with ``anat/`` or ``ses-*/anat/`` data.
+
+    Files named ``sub-*`` in a plain folder do not make it BIDS.
+    """
+    for sub in root.glob("sub-*"):
+        if sub.is_dir() and ((sub / "anat").is_dir()
+                             or any(p.is_dir() for p in sub.glob("ses-*/anat"))):
+            return True
+    return False
 
 
 def _discover_bids(root: Path) -> list[Scan]:
@@ -113,10 +170,29 @@ def _dicom_dirs(root: Path) -> list[Path]:
     return sorted(found)
 
 
+def parse_date(text: str) -> str | None:
+    """``YYYY-MM-DD`` from an ISO date (time allowed) or ADNI's ``m/d/YYYY``; None if neither."""
+    text = text.strip()
+    match = re.match(r"^(\d{4})-(\d{1,2})-(\d{1,2})(?:$|[ T_])", text)
+    if match:
+        parts = (match.group(1), match.group(2), match.group(3))
+    else:
+        match = re.match(r"^(\d{1,2})/(\d{1,2})/(\d{4})$", text)
+        if not match:
+            return None
+        parts = (match.group(3), match.group(1), match.group(2))
+    try:
+        return dt.date(int(parts[0]), int(parts[1]), int(parts[2])).isoformat()
+    except ValueError:
+        return None
+
+
 def read_scan_list_csv(path: Path) -> list[Scan]:
     """Scans from a CSV with columns subject(_id), session(_id) (optional) and path.
 
-    Relative paths are taken relative to the CSV's folder.
+    Relative paths are taken relative to the CSV's folder. Optional columns
+    ``acquisition_date`` (or ``scan_date``; ISO or m/d/YYYY), ``image_id`` and
+    ``series_description`` are kept in the scan record and in summary.csv.
     """
     with open(path, newline="") as handle:
         rows = list(csv.DictReader(handle))
@@ -126,27 +202,48 @@ def read_scan_list_csv(path: Path) -> list[Scan]:
     subj = cols.get("subject_id") or cols.get("subject")
     sess = cols.get("session_id") or cols.get("session")
     pcol = cols.get("path") or cols.get("input_path")
+    dcol = cols.get("acquisition_date") or cols.get("scan_date")
+    icol, scol = cols.get("image_id"), cols.get("series_description")
     if subj is None or pcol is None:
         raise ScanError(
             f"{path}: expected columns subject (or subject_id), session (optional) and path, "
             f"found {list(rows[0])}"
         )
     scans = []
-    for row in rows:
+    for line, row in enumerate(rows, start=2):
         p = Path(row[pcol].strip())
         if not p.is_absolute():
             p = path.parent / p
         session = (row.get(sess) or "").strip() if sess else ""
-        scans.append(Scan(row[subj].strip(), session or DEFAULT_SESSION, p))
+        date = (row.get(dcol) or "").strip() if dcol else ""
+        if date and parse_date(date) is None:
+            raise ScanError(f"{path}: line {line}: column {dcol}: expected a date such as "
+                            f"2011-05-02 or 5/2/2011, found {date!r}")
+        scans.append(Scan(row[subj].strip(), session or DEFAULT_SESSION, p,
+                          parse_date(date) or "",
+                          (row.get(icol) or "").strip() if icol else "",
+                          (row.get(scol) or "").strip() if scol else ""))
     return scans
 
 
-def discover_scans(source: str | Path | Sequence[Scan | str | Path]) -> list[Scan]:
-    """Every scan in ``source``: a BIDS folder, a NIfTI folder, a CSV, DICOM folders, or a list.
+def discover_scans(
+    source: str | Path | Sequence[Scan | str | Path], settings: DiscoverySettings | None = None
+) -> list[Scan]:
+    """Every scan to process in ``source`` (see :func:`discover`; the left-out inputs dropped)."""
+    return discover(source, settings).scans
 
-    In a plain folder, each ``*.nii[.gz]`` file is a scan whose subject is the file name
-    (without extension), and each folder holding DICOM files is a series whose subject is
-    its first folder below ``source`` (session: its last folder, when deeper).
+
+def discover(
+    source: str | Path | Sequence[Scan | str | Path], settings: DiscoverySettings | None = None
+) -> Discovery:
+    """The scans in ``source`` and the inputs left out of them, with reasons.
+
+    ``source``: a BIDS folder, an ADNI download (``ADNI/<PTID>/<series>/<date_time>/<image
+    ID>/``, see :mod:`adni_pu.preprocessing.adni_layout`), a folder of NIfTI files or
+    DICOM series, a CSV, a single file, or a list. In a plain folder, each
+    ``*.nii[.gz]`` file is a scan whose subject is the file name (without extension),
+    and each folder holding DICOM files is a series whose subject is its first folder
+    below ``source`` (session: its last folder, when deeper).
     """
     if not isinstance(source, (str, Path)):
         scans = []
@@ -156,16 +253,21 @@ def discover_scans(source: str | Path | Sequence[Scan | str | Path]) -> list[Sca
             else:
                 p = Path(item)
                 scans.append(Scan(_stem(p), DEFAULT_SESSION, p))
-        return _check_unique(scans)
+        return Discovery(_check_unique(scans), [])
     root = Path(source)
     if not root.exists():
         raise ScanError(f"{root}: input not found (expected a folder, a CSV or a NIfTI file)")
     if root.is_file():
         if root.suffix.lower() == ".csv":
-            return _check_unique(read_scan_list_csv(root))
-        return [Scan(_stem(root), DEFAULT_SESSION, root)]
-    if any(root.glob("sub-*")):
+            return Discovery(_check_unique(read_scan_list_csv(root)), [])
+        return Discovery([Scan(_stem(root), DEFAULT_SESSION, root)], [])
+    from .adni_layout import discover_adni, is_adni_download
+
+    excluded: list[Excluded] = []
+    if _is_bids(root):
         scans = _discover_bids(root)
+    elif is_adni_download(root):
+        scans, excluded = discover_adni(root, settings or DiscoverySettings())
     else:
         scans = []
         for path in sorted(root.iterdir()):
@@ -179,11 +281,14 @@ def discover_scans(source: str | Path | Sequence[Scan | str | Path]) -> list[Sca
                 session = rel[-1] if len(rel) > 1 else DEFAULT_SESSION
                 scans.append(Scan(rel[0], session, folder))
     if not scans:
+        left = "".join(f"; {e.status}: {e.reason}" for e in excluded[:3])
+        more = f" (and {len(excluded) - 3} more)" if len(excluded) > 3 else ""
         raise ScanError(
-            f"{root}: found no scans (expected BIDS sub-*/[ses-*/]anat/*_T1w.nii[.gz], "
-            "*.nii[.gz] files, or DICOM series folders)"
+            f"{root}: found no scans (expected BIDS sub-*/[ses-*/]anat/*_T1w.nii[.gz], an ADNI "
+            "download ADNI/<PTID>/<series>/<date_time>/<image ID>/, *.nii[.gz] files, or "
+            f"DICOM series folders){left}{more}"
         )
-    return _check_unique(scans)
+    return Discovery(_check_unique(scans), excluded)
 
 
 def _check_unique(scans: list[Scan]) -> list[Scan]:

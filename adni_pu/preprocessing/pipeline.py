@@ -106,9 +106,7 @@ def _as_scan(scan: Scan | str | Path) -> Scan:
 
 def _row(scan: Scan, status: str, seconds: float, error: str = "", preproc: str = "") -> dict:
     return {
-        "subject_id": scan.subject_id,
-        "session_id": scan.session_id,
-        "input_path": str(scan.path),
+        **scan.summary_fields(),
         "status": status,
         "preprocessed_path": preproc,
         "error": error,
@@ -125,10 +123,11 @@ def preprocess_scan(
 ) -> dict:
     """Preprocess one scan into ``output`` (layout of docs/interfaces.md); never raises.
 
-    Returns the scan's summary row: ``subject_id, session_id, input_path, status,
-    preprocessed_path, error, seconds`` with status ``done``, ``skipped``, ``failed``
-    (an error, named in ``error``) or ``failed-qc`` (a QC check refused the result: the
-    preprocessed volume is not written, the QC picture and sidecar are).
+    Returns the scan's summary row: ``subject_id, session_id, acquisition_date, image_id,
+    series_description, input_path, status, preprocessed_path, error, seconds`` with
+    status ``done``, ``skipped``, ``failed`` (an error, named in ``error``) or
+    ``failed-qc`` (a QC check refused the result: the preprocessed volume is not written,
+    the QC picture and sidecar are).
     """
     config = config or PreprocessConfig()
     output = Path(output)
@@ -201,9 +200,7 @@ def _sidecar_base(scan: Scan, config: PreprocessConfig, chash: str, timings: dic
 
     return {
         "scan_label": scan.label,
-        "subject_id": scan.subject_id,
-        "session_id": scan.session_id,
-        "input_path": str(scan.path),
+        **scan.summary_fields(),
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "settings_hash": chash,
         "settings": {k: v for k, v in cfgmod.to_dict(config).items() if k != "runner"},

@@ -14,15 +14,18 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from adni_pu import config as cfgmod
 
 from .config import PreprocessConfig, settings_hash
-from .io import Scan, discover_scans
+from .io import Scan, discover
 from .pipeline import is_done, output_paths
 
-SUMMARY_COLUMNS = ["subject_id", "session_id", "input_path", "status", "preprocessed_path",
+T = TypeVar("T")
+
+SUMMARY_COLUMNS = ["subject_id", "session_id", "acquisition_date", "image_id",
+                   "series_description", "input_path", "status", "preprocessed_path",
                    "error", "seconds"]
 
 
@@ -37,7 +40,7 @@ def parse_shard(text: str) -> tuple[int, int]:
     return i, n
 
 
-def shard_scans(scans: Sequence[Scan], shard: str) -> list[Scan]:
+def shard_scans(scans: Sequence[T], shard: str) -> list[T]:
     """This shard's scans: every N-th scan starting at i-1 (all scans when shard is empty)."""
     if not shard:
         return list(scans)
@@ -82,8 +85,10 @@ def run_preprocessing(
 ):
     """Preprocess every scan of ``inputs`` into ``output``; returns the summary DataFrame.
 
-    ``inputs``: a BIDS folder, a folder of NIfTI files / DICOM series, a CSV of
-    (subject, session, path), a single file, or a list of paths or :class:`Scan`.
+    ``inputs``: a BIDS folder, an ADNI download, a folder of NIfTI files / DICOM series,
+    a CSV of (subject, session, path), a single file, or a list of paths or :class:`Scan`.
+    Inputs found but left out (``config.discovery``: series that are not T1, extra T1
+    scans of a visit) get summary rows with status ``not-t1`` / ``extra-t1`` and the reason.
     Keyword arguments override the ``runner`` settings of ``config``;
     ``dask_scheduler`` is a scheduler address or a ``dask.distributed.Client``.
     """
@@ -100,7 +105,11 @@ def run_preprocessing(
     # absolute, so summary.csv's preprocessed_path is valid wherever it is read from
     output = Path(output).resolve()
     output.mkdir(parents=True, exist_ok=True)
-    scans = shard_scans(discover_scans(inputs), runner.shard)
+    found = discover(inputs, config.discovery)
+    scans = shard_scans(found.scans, runner.shard)
+    # inputs left out at discovery (not a T1, another T1 of the visit chosen, unusable
+    # folder) are summary rows with their reason; each shard reports its share of them
+    left_out = [e.row() for e in shard_scans(found.excluded, runner.shard)]
     cfgmod.save(config, output / "preprocess_config.toml")
 
     rows: list[dict] = []
@@ -115,8 +124,7 @@ def run_preprocessing(
     todo = []
     for scan in scans:
         if is_done(scan, output, chash):
-            collect({"subject_id": scan.subject_id, "session_id": scan.session_id,
-                     "input_path": str(scan.path), "status": "skipped",
+            collect({**scan.summary_fields(), "status": "skipped",
                      "preprocessed_path": str(output_paths(scan, output)["preproc"]),
                      "error": "", "seconds": 0.0})
         else:
@@ -151,6 +159,8 @@ def run_preprocessing(
     summary["_order"] = [order.get((r.subject_id, r.session_id), -1)
                          for r in summary.itertuples()]
     summary = summary.sort_values("_order", kind="stable").drop(columns="_order")
+    if left_out:
+        summary = pd.concat([summary, pd.DataFrame(left_out, columns=SUMMARY_COLUMNS)])
     summary = summary.reset_index(drop=True)
     write_summary(summary, output, runner.shard)
     return summary
@@ -161,8 +171,7 @@ def _result_or_failure(fut, scan: Scan) -> dict:
     try:
         return fut.result()
     except Exception as exc:  # noqa: BLE001 - a dead worker is this scan's failure
-        return {"subject_id": scan.subject_id, "session_id": scan.session_id,
-                "input_path": str(scan.path), "status": "failed", "preprocessed_path": "",
+        return {**scan.summary_fields(), "status": "failed", "preprocessed_path": "",
                 "error": f"{scan.path}: worker failed ({type(exc).__name__}: {exc})",
                 "seconds": 0.0}
 
