@@ -111,7 +111,8 @@ def _row(scan: Scan, status: str, seconds: float, error: str = "", preproc: str 
         "input_path": str(scan.path),
         "status": status,
         "preprocessed_path": preproc,
-        "error": error,
+        # one line per scan in summary.csv, whatever the message (a matrix, a traceback)
+        "error": " ".join(line.strip() for line in error.splitlines()),
         "seconds": round(seconds, 2),
     }
 
