@@ -97,6 +97,7 @@ def test_evaluate_reports_bootstrap_cis_and_counts(runs):
 def test_leakage_guard_refuses_training_and_validation_subjects(runs, tmp_path):
     with pytest.raises(LeakageError, match="110_S_0010"):  # a validation subject
         evaluate_run(runs["root"] / "naive", "val", n_boot=10)
+    assert not (runs["root"] / "naive" / "evaluation" / "val").exists()
     frame = pd.read_csv(runs["manifest"])
     frame.loc[frame["subject_id"] == "101_S_0001", "split"] = "test"  # a training subject
     frame["scan_path"] = [str(runs["manifest"].parent / p) for p in frame["scan_path"]]
@@ -110,6 +111,7 @@ def test_prior_must_exceed_the_labelled_fraction(runs, tmp_path):
     cfg = load_volume_config(None, ["prior=0.05", *tiny_overrides(1)], preset="nnpu")
     with pytest.raises(VolumeRunError, match="labelled fraction"):
         train_volumes(runs["manifest"], cfg, tmp_path / "run")
+    assert not (tmp_path / "run").exists()  # a refused run leaves no (empty) run folder
 
 
 def test_rerun_with_other_settings_is_refused(runs):
@@ -150,7 +152,9 @@ def test_predict_model_grid_files_and_refuse_raw_without_settings(runs, tmp_path
     assert table.loc[1, "error"] == f"{missing}: not found"
     assert math.isnan(table.loc[1, "probability"]) and 0 < table.loc[0, "probability"] < 1
     with pytest.raises(VolumeRunError, match="no usable scan.*not found"):
-        predict_scans(run, [missing])
+        predict_scans(run, [missing], out=tmp_path / "refused" / "p.csv",
+                      work_dir=tmp_path / "work")
+    assert not (tmp_path / "refused").exists() and not (tmp_path / "work").exists()
 
 
 # fast preprocessing of a small synthetic head (about 5-10 s a scan on one thread)
