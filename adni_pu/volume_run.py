@@ -339,6 +339,7 @@ def train_volumes(manifest: str | Path, config: VolumeTrainConfig, out: str | Pa
     trainer = Trainer(config.train, data, out, collate=collate_volumes, log=log)
     if run is not None:
         distributed.attach(trainer, run)
+    trainer.check_resume()  # refuse other training settings before rewriting any file
     if is_main:
         out.mkdir(parents=True, exist_ok=True)
         cfgmod.save(config, out / VOLUME_CONFIG_NAME)

@@ -121,6 +121,19 @@ def test_rerun_with_other_settings_is_refused(runs):
         train_volumes(runs["manifest"], cfg, runs["root"] / "naive")
 
 
+
+def test_refused_rerun_with_other_training_settings_rewrites_nothing(runs, tmp_path):
+    run = tmp_path / "naive"
+    shutil.copytree(runs["root"] / "naive", run)
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    cfg = load_volume_config(None, [*tiny_overrides(4, runs["root"] / "cache"),
+                                    *NO_AUGMENTATION, "train.lr=0.5"], preset="naive")
+    with pytest.raises(ResumeError, match="other settings"):
+        train_volumes(runs["manifest"], cfg, run, log=lambda m: None)
+    after = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    assert after == before
+
+
 def test_settings_precedence_and_validation(tmp_path):
     cfg = load_volume_config(None, [], preset="nnpu")
     assert cfg.train.method == "nnpu" and cfg.train.model == "cnn3d" and cfg.prior == "cohort"
