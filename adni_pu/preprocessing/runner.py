@@ -267,6 +267,7 @@ def run_in_workers(jobs: Sequence[tuple[Scan, str | Path]], config: PreprocessCo
 
 def _terminate_pool(pool: ProcessPoolExecutor) -> None:
     """Cancel queued work and end the workers now (SIGTERM, then SIGKILL after 5 s)."""
+    # the pool's own processes: Python < 3.14 has no public terminate_workers()
     procs = list((getattr(pool, "_processes", None) or {}).values())
     pool.shutdown(wait=False, cancel_futures=True)
     for proc in procs:
