@@ -617,11 +617,15 @@ def _preprocess_raw(paths: list[Path], work: Path, prep_cfg: Any) -> dict[Path, 
     from adni_pu.preprocessing.runner import run_in_workers
 
     jobs = []
+    done: dict[Path, dict] = {}
     for path in dict.fromkeys(p.resolve() for p in paths):
-        found = discover_scans([path])[0]
+        try:
+            found = discover_scans([path])[0]
+        except Exception as exc:  # noqa: BLE001 - an unusable name fails this scan only
+            done[path] = {"status": "failed", "error": " ".join(str(exc).split())}
+            continue
         jobs.append((Scan(found.subject_id, found.session_id, path),
                      preprocess_folder(work, path)))
-    done: dict[Path, dict] = {}
     run_in_workers(jobs, prep_cfg, workers=1, threads=1,
                    collect=lambda row: done.__setitem__(Path(row["input_path"]), row))
     return done

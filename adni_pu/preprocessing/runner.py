@@ -249,6 +249,8 @@ def run_in_workers(jobs: Sequence[tuple[Scan, str | Path]], config: PreprocessCo
     """
     import multiprocessing as mp
 
+    if not jobs:
+        return
     ctx = mp.get_context("spawn")  # torch and ITK thread pools do not survive fork
     pool = ProcessPoolExecutor(max_workers=max(1, min(workers, len(jobs))), mp_context=ctx,
                                initializer=_worker_init, initargs=(threads, os.getpid()))
