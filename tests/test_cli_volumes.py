@@ -76,6 +76,7 @@ def test_predict_writes_csv(app, trained, tmp_path):
 def test_errors_exit_2_with_a_message(app, tmp_path):
     result = CliRunner().invoke(app, ["train", str(tmp_path / "none.csv"), str(tmp_path / "r")])
     assert result.exit_code == 2 and "not found" in result.output
+    assert not (tmp_path / "r").exists()  # a refused run creates no folder
     result = CliRunner().invoke(app, ["evaluate", str(tmp_path)])
     assert result.exit_code == 2 and "not a finished training run" in result.output
 

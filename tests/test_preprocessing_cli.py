@@ -81,3 +81,21 @@ def test_qc_contact_sheet_lists_outliers_first(tmp_path: Path) -> None:
 def test_qc_on_an_empty_folder_fails_clearly(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["qc", str(tmp_path)])
     assert result.exit_code == 2 and "sidecar" in result.output
+
+
+def test_preprocess_into_an_existing_file_is_a_one_line_error(tmp_path: Path) -> None:
+    target = tmp_path / "out.txt"
+    target.write_text("keep me")
+    result = CliRunner().invoke(app, ["preprocess", str(tmp_path), str(target)])
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines() == [
+        f"error: {target.resolve()}: expected an output folder, found a file"]
+    assert target.read_text() == "keep me"
+
+
+def test_refused_input_leaves_no_output_folder(tmp_path: Path) -> None:
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "notes.txt").write_text("no scans here")
+    result = CliRunner().invoke(app, ["preprocess", str(tmp_path / "in"), str(tmp_path / "o")])
+    assert result.exit_code == 2 and "found no scans" in result.output, result.output
+    assert not (tmp_path / "o").exists()

@@ -252,3 +252,40 @@ def test_relative_output_gives_a_summary_valid_from_any_folder(tmp_path: Path,
         path = Path(table.preprocessed_path[0])
         assert path.is_absolute() and path.is_file(), path
     assert list(again.status) == ["skipped"]
+
+
+def test_singular_affine_is_a_one_line_error(tmp_path: Path) -> None:
+    img = nib.Nifti1Image(np.random.default_rng(0).random((30, 30, 30), np.float32),
+                          np.diag([3.0, 3.0, 3.0, 1.0]))
+    img.set_sform(np.diag([3.0, 3.0, 0.0, 1.0]), code=2)  # the affine nibabel reads back
+    path = tmp_path / "flat.nii.gz"
+    nib.save(img, str(path))
+    summary = run_preprocessing([path], tmp_path / "o", progress=False)
+    error = summary.error[0]
+    assert summary.status[0] == "failed" and "invertible" in error and str(path) in error
+    assert "\n" not in error
+    assert "\n" not in (tmp_path / "o/summary.csv").read_text().split("\n", 1)[1].rstrip("\n")
+
+
+def test_last_shard_merges_the_shard_summaries(tmp_path: Path, monkeypatch) -> None:
+    """Each shard writes its own summary; the last to finish (whatever the backend) also
+    writes summary.csv, the one table the cohort builder reads."""
+    distributed = pytest.importorskip("dask.distributed")
+    monkeypatch.setattr(pipe, "_run_steps", _fake_steps([]))
+    scans = [Scan(f"m{i}", "1", tmp_path / f"{i}.nii.gz") for i in range(5)]
+    out = tmp_path / "o"
+    first = run_preprocessing(scans, out, shard="2/2", progress=False)
+    assert list(first.subject_id) == ["m1", "m3"]
+    assert not (out / "summary.csv").exists()
+    assert first.attrs["summary_path"] == str(out / "summary_shard-2-of-2.csv")
+    with distributed.LocalCluster(processes=False, n_workers=1, threads_per_worker=1,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:
+        last = run_preprocessing(scans, out, shard="1/2", dask_scheduler=client,
+                                 progress=False)
+    assert last.attrs["summary_path"] == str(out / "summary.csv")
+    merged = pd.read_csv(out / "summary.csv", dtype={"subject_id": str},
+                         keep_default_na=False)
+    assert list(merged.columns) == SUMMARY_COLUMNS
+    assert list(merged.subject_id) == [f"m{i}" for i in range(5)]
+    assert set(merged.status) == {"done"} and (merged.error == "").all()

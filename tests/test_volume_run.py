@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import math
 import shutil
+from pathlib import Path
 
 import nibabel as nib
 import numpy as np
 import pandas as pd
 import pytest
-from volume_helpers import NO_AUGMENTATION, grid_volume, make_volume_cohort, tiny_overrides
+from volume_helpers import NO_AUGMENTATION, make_volume_cohort, tiny_overrides
 
 from adni_pu.cohort import LeakageError
 from adni_pu.config import ConfigError
@@ -21,6 +22,7 @@ from adni_pu.volume_run import (
     evaluate_run,
     load_volume_config,
     predict_scans,
+    preprocess_folder,
     sha256_file,
     train_volumes,
 )
@@ -97,6 +99,7 @@ def test_leakage_guard_refuses_training_and_validation_subjects(runs, tmp_path):
         evaluate_run(runs["root"] / "naive", "val", n_boot=10)
     assert "were also in the run's validation split, which chose the model" in str(info.value)
     assert "training" not in str(info.value) and "val_predictions.csv" in str(info.value)
+    assert not (runs["root"] / "naive" / "evaluation" / "val").exists()
     frame = pd.read_csv(runs["manifest"])
     frame.loc[frame["subject_id"] == "101_S_0001", "split"] = "test"  # a training subject
     frame["scan_path"] = [str(runs["manifest"].parent / p) for p in frame["scan_path"]]
@@ -111,6 +114,7 @@ def test_prior_must_exceed_the_labelled_fraction(runs, tmp_path):
     cfg = load_volume_config(None, ["prior=0.05", *tiny_overrides(1)], preset="nnpu")
     with pytest.raises(VolumeRunError, match="labelled fraction"):
         train_volumes(runs["manifest"], cfg, tmp_path / "run")
+    assert not (tmp_path / "run").exists()  # a refused run leaves no (empty) run folder
 
 
 def test_train_prior_is_another_name_for_prior():
@@ -139,6 +143,19 @@ def test_rerun_with_other_settings_is_refused(runs):
         train_volumes(runs["manifest"], cfg, runs["root"] / "naive")
 
 
+
+def test_refused_rerun_with_other_training_settings_rewrites_nothing(runs, tmp_path):
+    run = tmp_path / "naive"
+    shutil.copytree(runs["root"] / "naive", run)
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    cfg = load_volume_config(None, [*tiny_overrides(4, runs["root"] / "cache"),
+                                    *NO_AUGMENTATION, "train.lr=0.5"], preset="naive")
+    with pytest.raises(ResumeError, match="other settings"):
+        train_volumes(runs["manifest"], cfg, run, log=lambda m: None)
+    after = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    assert after == before
+
+
 def test_settings_precedence_and_validation(tmp_path):
     cfg = load_volume_config(None, [], preset="nnpu")
     assert cfg.train.method == "nnpu" and cfg.train.model == "cnn3d" and cfg.prior == "cohort"
@@ -163,29 +180,60 @@ def test_predict_model_grid_files_and_refuse_raw_without_settings(runs, tmp_path
     nib.save(nib.Nifti1Image(np.ones((40, 48, 40), np.float32), np.diag([3, 3, 3, 1.0])), raw)
     with pytest.raises(VolumeRunError, match="preprocess"):
         predict_scans(run, [raw])
+    # a missing scan fails its own row, like an unreadable one; with none usable: refused
+    missing = tmp_path / "missing.nii.gz"
+    table = predict_scans(run, [scan, missing])
+    assert list(table.status) == ["model-grid", "failed"]
+    assert table.loc[1, "error"] == f"{missing}: not found"
+    assert math.isnan(table.loc[1, "probability"]) and 0 < table.loc[0, "probability"] < 1
+    with pytest.raises(VolumeRunError, match="no usable scan.*not found"):
+        predict_scans(run, [missing], out=tmp_path / "refused" / "p.csv",
+                      work_dir=tmp_path / "work")
+    assert not (tmp_path / "refused").exists() and not (tmp_path / "work").exists()
 
 
-def test_predict_preprocesses_raw_scans_with_the_recorded_settings(runs, tmp_path,
-                                                                   monkeypatch):
+# fast preprocessing of a small synthetic head (about 5-10 s a scan on one thread)
+RAW_FAST = ['skullstrip.method="template"', "registration.resolution_mm=4.0",
+            "registration.iterations=[30, 10]", "registration.shrink_factors=[2, 1]",
+            "registration.smoothing_sigmas=[1.0, 0.0]", "qc.min_brain_ml=100",
+            "n4.enabled=false"]
+
+
+def test_each_raw_scan_gets_its_own_preprocessing_folder(tmp_path, monkeypatch):
+    work = tmp_path / "work"
+    a, b = tmp_path / "a" / "T1.nii.gz", tmp_path / "b" / "T1.nii.gz"
+    assert preprocess_folder(work, a) != preprocess_folder(work, b)
+    assert preprocess_folder(work, a).parent == work
+    assert preprocess_folder(work, a).name.startswith("T1-")
+    monkeypatch.chdir(tmp_path)  # another spelling of the same file: the same folder
+    assert preprocess_folder(work, Path("a/../a/T1.nii.gz")) == preprocess_folder(work, a)
+
+
+@pytest.mark.slow  # three real preprocessing runs: about 60 s on the shared 2-core machine
+def test_predict_raw_scans_one_folder_each_and_reproducible(runs, tmp_path):
+    """Two different raw scans with the same file name are preprocessed into their own
+    folders (each row gets its own scan's probability), with the run's recorded settings,
+    single-threaded with the recorded seed: a second run on the same scan gives the same
+    probability to the last bit."""
     import adni_pu.preprocessing as prep
     from adni_pu.config import save
+    from adni_pu.preprocessing.phantom import synthetic_head
 
     run = tmp_path / "run"
     shutil.copytree(runs["root"] / "naive", run)
-    recorded = prep.load_config(None, ["skullstrip.method=template"])
-    save(recorded, run / "preprocess_config.toml")
-    seen = []
-
-    def fake(scan, output, config):
-        seen.append(config)
-        data, affine = grid_volume(99, True)
-        path = tmp_path / "prep.nii"
-        nib.save(nib.Nifti1Image(data, affine), path)
-        return {"status": "done", "preprocessed_path": str(path), "error": ""}
-
-    monkeypatch.setattr(prep, "preprocess_scan", fake)
-    raw = tmp_path / "raw.nii.gz"
-    nib.save(nib.Nifti1Image(np.ones((40, 48, 40), np.float32), np.diag([3, 3, 3, 1.0])), raw)
-    table = predict_scans(run, [raw])
-    assert seen and seen[0].skullstrip.method == "template"
-    assert table.loc[0, "status"] == "preprocessed" and 0 < table.loc[0, "probability"] < 1
+    save(prep.load_config(None, RAW_FAST), run / "preprocess_config.toml")
+    scans = []
+    for folder, seed, rotation in (("a", 3, (0.0, 0.0, 0.0)), ("b", 4, (6.0, -4.0, 3.0))):
+        head = synthetic_head(spacing=4.0, shape=(48, 57, 48), rotation_deg=rotation,
+                              seed=seed)
+        (tmp_path / folder).mkdir()
+        scans.append(tmp_path / folder / "T1.nii.gz")
+        nib.save(nib.Nifti1Image(head.data, head.affine), scans[-1])
+    first = predict_scans(run, scans, work_dir=tmp_path / "w1")
+    assert list(first.status) == ["preprocessed", "preprocessed"], first.error.tolist()
+    assert first.model_input[0] != first.model_input[1]
+    assert first.probability[0] != first.probability[1]
+    sidecar = Path(first.model_input[0].replace("T1w_preproc.nii.gz", "sidecar.json"))
+    assert json.loads(sidecar.read_text())["settings"]["skullstrip"]["method"] == "template"
+    again = predict_scans(run, [scans[0]], work_dir=tmp_path / "w2")
+    assert again.probability[0] == first.probability[0]

@@ -49,6 +49,7 @@ def register(app: typer.Typer) -> None:
         """Preprocess T1 scans: N4, skull strip, MNI registration, cerebellum removal, QC."""
         from adni_pu.config import ConfigError
         from adni_pu.preprocessing import ScanError, load_config, run_preprocessing
+        from adni_pu.preprocessing.runner import PreprocessInterrupted
 
         try:
             cfg = load_config(config, list(set_))
@@ -58,12 +59,15 @@ def register(app: typer.Typer) -> None:
         except (ConfigError, ScanError, ValueError) as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from exc
+        except PreprocessInterrupted as stop:
+            typer.echo(f"error: {stop}", err=True)
+            raise typer.Exit(stop.exit_code) from None
         counts = summary["status"].value_counts().to_dict()
         typer.echo(f"{len(summary)} scans: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
         for row in summary.itertuples():
             if row.status in ("failed", "failed-qc"):
                 typer.echo(f"  {row.status}: sub-{row.subject_id} ses-{row.session_id}: {row.error}")
-        typer.echo(f"summary: {output / 'summary.csv'}")
+        typer.echo(f"summary: {summary.attrs.get('summary_path', output / 'summary.csv')}")
         if counts.get("done", 0) or counts.get("skipped", 0):  # usable volumes exist
             typer.echo(next_steps(output))
         if counts.get("failed", 0) or counts.get("failed-qc", 0):

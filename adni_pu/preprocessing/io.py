@@ -392,7 +392,8 @@ def validate_volume(
             f"per axis, found shape {data.shape}"
         )
     if not np.all(np.isfinite(affine)) or abs(np.linalg.det(affine[:3, :3])) < 1e-9:
-        raise ScanError(f"{path}: expected an invertible voxel-to-world affine, found {affine}")
+        rows = np.round(np.asarray(affine, dtype=float), 4).tolist()  # one line in summary.csv
+        raise ScanError(f"{path}: expected an invertible voxel-to-world affine, found {rows}")
     spacing = np.sqrt((affine[:3, :3] ** 2).sum(axis=0))
     if np.any(spacing < rules.min_spacing_mm) or np.any(spacing > rules.max_spacing_mm):
         raise ScanError(

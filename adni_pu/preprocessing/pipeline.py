@@ -109,7 +109,8 @@ def _row(scan: Scan, status: str, seconds: float, error: str = "", preproc: str 
         **scan.summary_fields(),
         "status": status,
         "preprocessed_path": preproc,
-        "error": error,
+        # one line per scan in summary.csv, whatever the message (a matrix, a traceback)
+        "error": " ".join(line.strip() for line in error.splitlines()),
         "seconds": round(seconds, 2),
     }
 

@@ -4,13 +4,24 @@
 discovers the scans, keeps this shard's share, skips scans already done with the same
 settings, runs the rest (one scan's failure is recorded and the run goes on), and writes
 ``summary.csv`` and ``preprocess_config.toml`` into the output folder.
+
+SIGINT (Ctrl-C) or SIGTERM stops a run promptly: queued scans are cancelled, running
+workers are terminated (their outputs are written atomically, so nothing half-written is
+left), the summary of the scans that finished is written, and
+:class:`PreprocessInterrupted` is raised. Workers ignore SIGINT (the main process decides)
+and exit by themselves if the main process dies, so no worker is ever orphaned.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
+import os
 import re
-from collections.abc import Callable, Sequence
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import replace
 from pathlib import Path
@@ -27,6 +38,31 @@ T = TypeVar("T")
 SUMMARY_COLUMNS = ["subject_id", "session_id", "acquisition_date", "image_id",
                    "series_description", "input_path", "status", "preprocessed_path",
                    "error", "seconds"]
+
+
+class PreprocessInterrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM stopped a run; ``summary_path`` lists the scans that finished."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+        self.summary_path: Path | None = None
+        self.finished = 0
+        self.total = 0
+
+    @property
+    def exit_code(self) -> int:
+        """The shell's convention: 128 + the signal number (130 for SIGINT)."""
+        return 128 + self.signum
+
+    def __str__(self) -> str:
+        where = f"; summary of those: {self.summary_path}" if self.summary_path else ""
+        return (f"interrupted by {signal.Signals(self.signum).name}: {self.finished} of "
+                f"{self.total} scans finished, the rest were cancelled{where}")
+
+
+class OutputError(ValueError):
+    """The output path cannot be used as the output folder."""
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -48,10 +84,46 @@ def shard_scans(scans: Sequence[T], shard: str) -> list[T]:
     return list(scans)[i - 1 :: n]
 
 
-def _worker_init(threads: int) -> None:
+def _worker_init(threads: int, parent: int | None = None) -> None:
+    """Set the worker's threads; in a pool worker also ignore SIGINT and watch the parent."""
     from .pipeline import configure_threads
 
     configure_threads(threads)
+    if parent is not None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group
+        threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
+
+
+def _exit_with_parent(parent: int) -> None:
+    """End this worker when its parent is gone (killed with SIGKILL, say): never orphaned."""
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    os._exit(1)
+
+
+@contextlib.contextmanager
+def _stop_on_signals() -> Iterator[None]:
+    """Raise :class:`PreprocessInterrupted` on SIGINT/SIGTERM (main thread only).
+
+    The handler ignores further signals, so a second Ctrl-C cannot break the cleanup; the
+    previous handlers are restored on exit.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    sigs = (signal.SIGINT, signal.SIGTERM)
+
+    def handler(signum: int, frame: Any) -> None:
+        for sig in sigs:
+            signal.signal(sig, signal.SIG_IGN)
+        raise PreprocessInterrupted(signum)
+
+    old = {sig: signal.signal(sig, handler) for sig in sigs}
+    try:
+        yield
+    finally:
+        for sig, previous in old.items():
+            signal.signal(sig, previous)
 
 
 def _process_one(scan: Scan, output: str, config: PreprocessConfig) -> dict:
@@ -92,8 +164,6 @@ def run_preprocessing(
     Keyword arguments override the ``runner`` settings of ``config``;
     ``dask_scheduler`` is a scheduler address or a ``dask.distributed.Client``.
     """
-    import pandas as pd
-
     config = config or PreprocessConfig()
     overrides = {k: v for k, v in dict(
         workers=workers, threads_per_worker=threads_per_worker, shard=shard,
@@ -104,12 +174,19 @@ def run_preprocessing(
     config = replace(config, runner=runner)
     # absolute, so summary.csv's preprocessed_path is valid wherever it is read from
     output = Path(output).resolve()
-    output.mkdir(parents=True, exist_ok=True)
+    if output.exists() and not output.is_dir():
+        raise OutputError(f"{output}: expected an output folder, found a file")
+    # discover before creating anything: a refused input leaves no empty output folder
     found = discover(inputs, config.discovery)
     scans = shard_scans(found.scans, runner.shard)
     # inputs left out at discovery (not a T1, another T1 of the visit chosen, unusable
     # folder) are summary rows with their reason; each shard reports its share of them
     left_out = [e.row() for e in shard_scans(found.excluded, runner.shard)]
+    try:
+        output.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file on the way, no permission, ...
+        raise OutputError(f"{output}: cannot create the output folder "
+                          f"({exc.strerror or exc})") from exc
     cfgmod.save(config, output / "preprocess_config.toml")
 
     rows: list[dict] = []
@@ -131,28 +208,35 @@ def run_preprocessing(
             todo.append(scan)
 
     client = None if dask_scheduler is None or isinstance(dask_scheduler, str) else dask_scheduler
-    if not todo:
-        pass
-    elif client is not None or runner.dask_scheduler:
-        _run_dask(todo, output, config, client, collect)
-    elif runner.workers <= 1 or len(todo) <= 1:
-        _worker_init(runner.threads_per_worker)
-        with _progress(len(todo), runner.progress) as bar:
-            for scan in todo:
-                collect(_process_one(scan, str(output), config))
-                bar.update(1)
-    else:
-        import multiprocessing as mp
+    try:
+        with _stop_on_signals():
+            if not todo:
+                pass
+            elif client is not None or runner.dask_scheduler:
+                _run_dask(todo, output, config, client, collect)
+            elif runner.workers <= 1 or len(todo) <= 1:
+                _worker_init(runner.threads_per_worker)
+                with _progress(len(todo), runner.progress) as bar:
+                    for scan in todo:
+                        collect(_process_one(scan, str(output), config))
+                        bar.update(1)
+            else:
+                run_in_workers([(s, output) for s in todo], config, runner.workers,
+                               runner.threads_per_worker, collect, runner.progress)
+    except PreprocessInterrupted as stop:
+        stop.finished, stop.total = len(rows), len(scans)
+        stop.summary_path = write_summary(_summary_frame(rows, scans, left_out), output,
+                                           runner.shard)
+        raise
+    summary = _summary_frame(rows, scans, left_out)
+    path = write_summary(summary, output, runner.shard)
+    summary.attrs["summary_path"] = str(merge_shard_summaries(output, runner.shard) or path)
+    return summary
 
-        ctx = mp.get_context("spawn")  # torch and ITK thread pools do not survive fork
-        with ProcessPoolExecutor(max_workers=min(runner.workers, len(todo)), mp_context=ctx,
-                                 initializer=_worker_init,
-                                 initargs=(runner.threads_per_worker,)) as pool, \
-                _progress(len(todo), runner.progress) as bar:
-            futures = {pool.submit(_process_one, s, str(output), config): s for s in todo}
-            for fut in as_completed(futures):
-                collect(_result_or_failure(fut, futures[fut]))
-                bar.update(1)
+
+def _summary_frame(rows: list[dict], scans: Sequence[Scan], left_out: Sequence[dict] = ()):
+    """The summary rows in the order the scans were discovered, then the inputs left out."""
+    import pandas as pd
 
     summary = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
     order = {(s.subject_id, s.session_id): i for i, s in enumerate(scans)}
@@ -161,9 +245,52 @@ def run_preprocessing(
     summary = summary.sort_values("_order", kind="stable").drop(columns="_order")
     if left_out:
         summary = pd.concat([summary, pd.DataFrame(left_out, columns=SUMMARY_COLUMNS)])
-    summary = summary.reset_index(drop=True)
-    write_summary(summary, output, runner.shard)
-    return summary
+    return summary.reset_index(drop=True)
+
+
+def run_in_workers(jobs: Sequence[tuple[Scan, str | Path]], config: PreprocessConfig,
+                   workers: int, threads: int, collect: Callable[[dict], None],
+                   progress: bool = False) -> None:
+    """Preprocess each ``(scan, output folder)`` in spawned worker processes.
+
+    ``threads`` per worker (1 makes the results bit-identical between runs). Rows are
+    passed to ``collect`` as scans finish. On any exception (above all
+    :class:`PreprocessInterrupted`) queued scans are cancelled and the workers are
+    terminated before it propagates.
+    """
+    import multiprocessing as mp
+
+    if not jobs:
+        return
+    ctx = mp.get_context("spawn")  # torch and ITK thread pools do not survive fork
+    pool = ProcessPoolExecutor(max_workers=max(1, min(workers, len(jobs))), mp_context=ctx,
+                               initializer=_worker_init, initargs=(threads, os.getpid()))
+    try:
+        with _progress(len(jobs), progress) as bar:
+            futures = {pool.submit(_process_one, scan, str(out), config): scan
+                       for scan, out in jobs}
+            for fut in as_completed(futures):
+                collect(_result_or_failure(fut, futures[fut]))
+                bar.update(1)
+    except BaseException:
+        _terminate_pool(pool)
+        raise
+    pool.shutdown(wait=True)
+
+
+def _terminate_pool(pool: ProcessPoolExecutor) -> None:
+    """Cancel queued work and end the workers now (SIGTERM, then SIGKILL after 5 s)."""
+    # the pool's own processes: Python < 3.14 has no public terminate_workers()
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in procs:
+        with contextlib.suppress(Exception):
+            proc.terminate()
+    for proc in procs:
+        proc.join(timeout=5)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(timeout=5)
 
 
 def _result_or_failure(fut, scan: Scan) -> dict:
@@ -188,13 +315,22 @@ def _run_dask(scans: list[Scan], output: Path, config: PreprocessConfig, client:
         futures = [client.submit(_process_one_threads, s, str(output), config,
                                  config.runner.threads_per_worker, pure=False) for s in scans]
         by_key = {f.key: s for f, s in zip(futures, scans)}
-        with _progress(len(scans), config.runner.progress) as bar:
-            for fut in dask_completed(futures):
-                collect(_result_or_failure(fut, by_key[fut.key]))
-                bar.update(1)
+        try:
+            with _progress(len(scans), config.runner.progress) as bar:
+                for fut in dask_completed(futures):
+                    collect(_result_or_failure(fut, by_key[fut.key]))
+                    bar.update(1)
+        except BaseException:  # interrupted: nothing more should run on the cluster
+            with contextlib.suppress(Exception):
+                client.cancel(futures)
+            raise
     finally:
         if own:
             client.close()
+
+
+def _shard_summary_name(i: int, n: int) -> str:
+    return f"summary_shard-{i}-of-{n}.csv"
 
 
 def write_summary(summary, output: Path, shard: str = "") -> Path:
@@ -203,10 +339,32 @@ def write_summary(summary, output: Path, shard: str = "") -> Path:
 
     name = "summary.csv"
     if shard:
-        i, n = parse_shard(shard)
-        name = f"summary_shard-{i}-of-{n}.csv"
+        name = _shard_summary_name(*parse_shard(shard))
     buf = io.StringIO()
     summary.to_csv(buf, index=False)
     path = Path(output) / name
     write_outputs({path: buf.getvalue().encode()})
     return path
+
+
+def merge_shard_summaries(output: str | Path, shard: str) -> Path | None:
+    """Merge the N shard summaries into ``summary.csv`` once all N are present.
+
+    Every shard calls this after writing its own summary, so whichever shard finishes last
+    (and any rerun of a shard) writes the merged table the cohort builder reads. Returns
+    its path, or None when ``shard`` is empty or some shard has not finished yet.
+    """
+    import pandas as pd
+
+    if not shard:
+        return None
+    _, n = parse_shard(shard)
+    output = Path(output)
+    parts = [output / _shard_summary_name(i, n) for i in range(1, n + 1)]
+    if not all(p.is_file() for p in parts):
+        return None
+    merged = pd.concat([pd.read_csv(p, dtype={"subject_id": str, "session_id": str},
+                                    keep_default_na=False) for p in parts],
+                       ignore_index=True)
+    merged = merged.sort_values(["subject_id", "session_id"], kind="stable")
+    return write_summary(merged.reset_index(drop=True), output)

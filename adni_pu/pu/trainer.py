@@ -518,8 +518,8 @@ class Trainer:
 
     def fit(self) -> FitResult:
         """Train for ``config.epochs`` epochs (resuming from the run folder's checkpoint)."""
+        self._maybe_resume()  # first: a refused resume must not rewrite the run's files
         self._prepare_run_dir()
-        self._maybe_resume()
         if self.ddp is not None:
             self.ddp.wrap(self)
         for epoch in range(self.start_epoch, self.cfg.epochs):
@@ -587,18 +587,31 @@ class Trainer:
         }
         _atomic_torch_save(state, self.run_dir / "checkpoints" / "last.pt")
 
-    def _maybe_resume(self) -> None:
+    def check_resume(self) -> dict[str, Any] | None:
+        """The run folder's checkpoint (None when there is none).
+
+        Raises :class:`ResumeError` when it was made with other settings. Callers that
+        write into the run folder before :meth:`fit` call this first, so a refused rerun
+        leaves the folder as it was.
+        """
         if self.run_dir is None:
-            return
+            return None
         path = self.run_dir / "checkpoints" / "last.pt"
         if not path.is_file():
-            return
+            return None
         state = torch.load(path, map_location=self.device, weights_only=False)
         if state["fingerprint"] != self._config_fingerprint():
             raise ResumeError(
                 f"{path}: checkpoint made with other settings; expected the settings in "
                 f"{self.run_dir / 'config.toml'}; use a new run folder or delete the checkpoint"
             )
+        return state
+
+    def _maybe_resume(self) -> None:
+        state = self.check_resume()
+        if state is None:
+            return
+        path = self.run_dir / "checkpoints" / "last.pt"  # type: ignore[operator]
         for st, saved in zip(self.students, state["students"]):
             st.model.load_state_dict(saved["model"])
             st.optimizer.load_state_dict(saved["optimizer"])
