@@ -165,12 +165,15 @@ def _train(manifest: str, out: str, config_path: str | None, preset: str | None,
 
         # every task sees all the node's GPUs and takes the one numbered by its LOCAL_RANK
         TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
+    import os
+
     from adni_pu.volume_run import load_volume_config, train_volumes
 
     cfg = load_volume_config(config_path, overrides, preset)
     fit = train_volumes(manifest, cfg, out)
     return {"run": out, "best_epoch": int(fit.best_epoch),
-            "best_candidate": str(fit.best_candidate)}
+            "best_candidate": str(fit.best_candidate),
+            "world_size": int(os.environ.get("WORLD_SIZE", "1"))}
 
 
 def submit_training(
@@ -191,7 +194,8 @@ def submit_training(
 
     ``gpus`` GPUs and one task per GPU (``tasks`` tasks on ``gpus=0``, e.g. gloo processes
     on CPUs); ``overrides`` are ``--set`` strings, e.g. ``'train.device="cuda"'``. The job's
-    ``.result()`` is rank 0's ``{"run", "best_epoch", "best_candidate"}``.
+    ``.results()`` holds each task's ``{"run", "best_epoch", "best_candidate",
+    "world_size"}`` (the same on every rank).
     """
     if gpus < 0:
         raise ClusterError(f"gpus: expected a count >= 0, found {gpus}")
