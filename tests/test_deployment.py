@@ -196,6 +196,22 @@ def test_compose_services_volumes_user_and_gpus() -> None:
     assert "adni-pu-cache" in spec["volumes"]
 
 
+def test_compose_commands_are_valid_cli_calls() -> None:
+    """Every service's arguments parse with the real CLI (an unknown option would exit 2)."""
+    from typer.testing import CliRunner
+
+    from adni_pu.cli.app import app
+
+    spec = yaml.safe_load((DOCKER / "compose.yaml").read_text())
+    runner = CliRunner()
+    for name, svc in spec["services"].items():
+        args = [re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", a) for a in svc["command"]]
+        res = runner.invoke(app, args + ["--help"])
+        assert res.exit_code == 0, (name, args, res.output)
+    res = runner.invoke(app, ["evaluate", "/runs/x", "--no-such-option", "--help"])
+    assert res.exit_code == 2
+
+
 # ------------------------------------------------------------------ Apptainer
 
 
