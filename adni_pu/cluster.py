@@ -64,7 +64,7 @@ def shard_summary_path(output: str | Path, i: int, n: int) -> Path:
     return Path(output) / f"summary_shard-{i}-of-{n}.csv"
 
 
-def merge_shard_summaries(output: str | Path, shards: int):
+def merge_shards(output: str | Path, shards: int):
     """Merge ``summary_shard-i-of-N.csv`` (i = 1..N) into ``summary.csv``; returns the table.
 
     Rows come back in the order an unsharded run lists them (shard i took every N-th scan
@@ -153,7 +153,7 @@ def submit_preprocessing(
         for job in jobs:  # no scheduler to hold the merge back: wait here
             job.result()
     merge_executor = _executor(log_dir, executor.cluster, python, merge)
-    merge_job = merge_executor.submit(merge_shard_summaries, out, shards)
+    merge_job = merge_executor.submit(merge_shards, out, shards)
     return PreprocessJobs(shards=jobs, merge=merge_job)
 
 

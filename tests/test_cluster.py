@@ -15,7 +15,7 @@ from volume_helpers import make_volume_cohort, tiny_overrides
 
 from adni_pu.cluster import (
     ClusterError,
-    merge_shard_summaries,
+    merge_shards,
     shard_summary_path,
     submit_preprocessing,
     submit_training,
@@ -40,7 +40,7 @@ def test_merge_restores_the_unsharded_order(tmp_path) -> None:
     scans = [f"s{i}" for i in range(7)]
     for i in (1, 2, 3):  # shard i took scans[i-1::3]
         write_summary(_rows(scans[i - 1::3]), tmp_path, f"{i}/3")
-    merged = merge_shard_summaries(tmp_path, 3)
+    merged = merge_shards(tmp_path, 3)
     assert list(merged["subject_id"]) == scans
     on_disk = pd.read_csv(tmp_path / "summary.csv", dtype={"subject_id": str, "session_id": str},
                           keep_default_na=False)
@@ -52,13 +52,13 @@ def test_merge_refuses_missing_or_foreign_shards_and_writes_nothing(tmp_path) ->
     write_summary(_rows(["a", "c"]), tmp_path, "1/3")
     write_summary(_rows(["b"]), tmp_path, "2/3")
     with pytest.raises(ClusterError, match=r"summary_shard-3-of-3\.csv"):
-        merge_shard_summaries(tmp_path, 3)
+        merge_shards(tmp_path, 3)
     shard_summary_path(tmp_path, 3, 3).write_text("subject_id,status\nx,done\n")
     with pytest.raises(ClusterError, match=r"summary_shard-3-of-3\.csv: columns: expected "):
-        merge_shard_summaries(tmp_path, 3)
+        merge_shards(tmp_path, 3)
     assert not (tmp_path / "summary.csv").exists()
     with pytest.raises(ClusterError, match="shards: expected a count >= 1, found 0"):
-        merge_shard_summaries(tmp_path, 0)
+        merge_shards(tmp_path, 0)
 
 
 def test_local_executor_preprocesses_shards_then_merges(tmp_path) -> None:
