@@ -10,6 +10,7 @@ PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
+# shellcheck source=/dev/null
 . .venv/bin/activate
 python -m pip install -q --upgrade pip
 python -m pip install -q -c constraints.txt torch

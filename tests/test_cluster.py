@@ -170,3 +170,101 @@ def test_slurm_training_takes_one_task_per_gpu(tmp_path, fake_sbatch) -> None:
     with pytest.raises(ClusterError, match="one per GPU"):
         submit_training(tmp_path / "c", tmp_path / "r", log_dir=tmp_path / "logs", gpus=2,
                         tasks=3, cluster="slurm")
+
+
+# ------------------------------------------------------------------ plain sbatch scripts
+
+SLURM_DIR = Path(__file__).resolve().parents[1] / "docker" / "slurm"
+
+FAKE_APPTAINER = """#!/bin/sh
+# stand-in for apptainer: drop the verb, its options and the image; run the rest here
+verb=$1; shift
+while [ $# -gt 0 ]; do
+  case $1 in --nv) shift ;; --bind) shift 2 ;; *) break ;; esac
+done
+shift
+if [ "$verb" = run ]; then exec adni-pu "$@"; else exec "$@"; fi
+"""
+
+
+@pytest.fixture
+def fake_apptainer(tmp_path, monkeypatch) -> Path:
+    """`apptainer` (and a recording `torchrun`) on the PATH, before this environment's bin."""
+    import sys
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "apptainer").write_text(FAKE_APPTAINER)
+    (bindir / "torchrun").write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {tmp_path}/torchrun.args\n')
+    for tool in bindir.iterdir():
+        tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
+    path = os.pathsep.join([str(bindir), str(Path(sys.executable).parent), os.environ["PATH"]])
+    monkeypatch.setenv("PATH", path)
+    return bindir
+
+
+def _sbatch_run(script: str, args: list[str], cwd: Path, **env: str):
+    import subprocess
+
+    return subprocess.run(["bash", str(SLURM_DIR / script), *args], cwd=cwd, text=True,
+                          capture_output=True, env={**os.environ, **env})
+
+
+def test_sbatch_scripts_pass_shellcheck() -> None:
+    import shutil
+    import subprocess
+    import sys
+
+    tool = shutil.which("shellcheck", path=str(Path(sys.executable).parent)) or \
+        shutil.which("shellcheck")
+    assert tool, "shellcheck not found: install the dev extras (bash scripts/setup.sh)"
+    scripts = sorted(str(p) for p in SLURM_DIR.glob("*.sbatch"))
+    assert len(scripts) == 3
+    res = subprocess.run([tool, *scripts], capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout
+
+
+def test_sbatch_array_tasks_then_merge(tmp_path, fake_apptainer) -> None:
+    """Two array tasks (scans that fail are rows, not failed tasks), then the merge."""
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for name in ("a", "b", "c"):
+        (raw / f"{name}.nii.gz").write_bytes(b"\x1f\x8b truncated")
+    out = tmp_path / "out"
+    with pytest.raises(ClusterError):
+        merge_shards(out, 2)
+    res = _sbatch_run("merge.sbatch", [str(out), "2"], tmp_path)
+    assert res.returncode != 0 and "summary_shard-1-of-2.csv" in res.stderr
+    for i in (1, 2):
+        res = _sbatch_run("preprocess.sbatch", [str(raw), str(out)], tmp_path,
+                          SLURM_ARRAY_TASK_ID=str(i), SLURM_ARRAY_TASK_COUNT="2",
+                          SLURM_CPUS_PER_TASK="1")
+        assert res.returncode == 0, res.stderr
+    res = _sbatch_run("merge.sbatch", [str(out), "2"], tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "3 scans: {'failed': 3}" in res.stdout
+    merged = pd.read_csv(out / "summary.csv")
+    assert list(merged["subject_id"]) == ["a", "b", "c"]
+    # bad input is the task's failure (exit 2), not a row
+    res = _sbatch_run("preprocess.sbatch", [str(tmp_path / "nowhere"), str(out)], tmp_path,
+                      SLURM_ARRAY_TASK_ID="1", SLURM_ARRAY_TASK_COUNT="2")
+    assert res.returncode == 2 and "nowhere" in res.stderr
+    res = _sbatch_run("preprocess.sbatch", [str(raw), str(out)], tmp_path)
+    assert res.returncode == 2 and "usage: sbatch --array=1-N" in res.stderr
+
+
+def test_sbatch_train_runs_torchrun_on_every_gpu(tmp_path, fake_apptainer) -> None:
+    from typer.testing import CliRunner
+
+    from adni_pu.cli.app import app
+
+    res = _sbatch_run("train.sbatch", ["/runs/cohort", "/runs/train/selfpu", "--preset",
+                                       "selfpu"], tmp_path)
+    assert res.returncode == 0, res.stderr
+    args = (tmp_path / "torchrun.args").read_text().splitlines()
+    assert args[:4] == ["--standalone", "--nproc_per_node", "gpu", "--no-python"]
+    assert args[4] == "adni-pu"
+    cli = args[5:]
+    assert cli == ["train", "--manifest", "/runs/cohort", "--out", "/runs/train/selfpu", "--set",
+                   'train.device="cuda"', "--preset", "selfpu"]
+    assert CliRunner().invoke(app, [*cli, "--help"]).exit_code == 0
