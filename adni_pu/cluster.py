@@ -1,0 +1,211 @@
+"""Slurm scale-out through submitit: preprocessing as a job array, training on a GPU node.
+
+- :func:`submit_preprocessing`: one array task per shard (``run_preprocessing(...,
+  shard="i/N")``, each writing ``summary_shard-i-of-N.csv``), then one merge job that starts
+  after every shard succeeded (Slurm ``--dependency=afterok``) and writes ``summary.csv``,
+  the table ``adni-pu cohort build`` reads.
+- :func:`submit_training`: ``train_volumes`` on one node, one task per GPU; with more than one
+  GPU each task joins the DDP process group from the variables that submitit's
+  ``TorchDistributedEnvironment`` exports (the same ones torchrun sets).
+
+submitit writes the sbatch scripts, submits them and pickles the calls; with ``cluster="local"``
+its LocalExecutor runs the same jobs as processes on this machine (how the tests run them).
+``python`` is the command that starts Python on the nodes, e.g. ``"apptainer exec --nv
+--bind /scratch adni-pu.sif python"`` to run inside the Apptainer image. Any other submitit
+parameter (``slurm_partition``, ``timeout_min``, ``cpus_per_task``, ``mem_gb``,
+``slurm_account``, ``slurm_array_parallelism``, ...) passes through ``params``. See
+docs/deployment.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from adni_pu.preprocessing.config import PreprocessConfig
+
+# the merge is light: a few CSV files
+MERGE_PARAMS: dict[str, Any] = {"timeout_min": 30, "cpus_per_task": 1, "mem_gb": 4}
+
+
+class ClusterError(RuntimeError):
+    """A submission that cannot work as asked (bad shard count, missing shard summaries)."""
+
+
+@dataclass
+class PreprocessJobs:
+    """The submitted shard array and the merge job that follows it."""
+
+    shards: list[Any]
+    merge: Any
+
+    def result(self):
+        """Wait for the merge job; the merged summary (a DataFrame)."""
+        return self.merge.result()
+
+
+def _executor(log_dir: str | Path, cluster: str | None, python: str | None,
+              params: dict[str, Any]):
+    import submitit
+
+    kwargs: dict[str, Any] = {}
+    if python is not None:
+        cluster = cluster or submitit.AutoExecutor.which()
+        kwargs[f"{cluster}_python"] = python
+    executor = submitit.AutoExecutor(folder=str(log_dir), cluster=cluster, **kwargs)
+    executor.update_parameters(**params)
+    return executor
+
+
+def shard_summary_path(output: str | Path, i: int, n: int) -> Path:
+    """Where ``run_preprocessing(..., shard="i/n")`` writes its summary."""
+    return Path(output) / f"summary_shard-{i}-of-{n}.csv"
+
+
+def merge_shards(output: str | Path, shards: int):
+    """Merge ``summary_shard-i-of-N.csv`` (i = 1..N) into ``summary.csv``; returns the table.
+
+    Rows come back in the order an unsharded run lists them (shard i took every N-th scan
+    from i-1, so row k of shard i was scan k*N + i-1). Refuses to write anything when a
+    shard's summary is missing or has other columns.
+    """
+    import pandas as pd
+
+    from adni_pu.preprocessing.runner import SUMMARY_COLUMNS, write_summary
+
+    if shards < 1:
+        raise ClusterError(f"shards: expected a count >= 1, found {shards}")
+    output = Path(output)
+    paths = [shard_summary_path(output, i, shards) for i in range(1, shards + 1)]
+    missing = [p.name for p in paths if not p.is_file()]
+    if missing:
+        raise ClusterError(f"{output}: shard summaries missing: {', '.join(missing)} (each "
+                           f"written by `adni-pu preprocess --shard i/{shards}`)")
+    frames = []
+    for i, path in enumerate(paths):
+        frame = pd.read_csv(path, dtype={"subject_id": str, "session_id": str},
+                            keep_default_na=False)
+        if list(frame.columns) != SUMMARY_COLUMNS:
+            raise ClusterError(f"{path}: columns: expected {','.join(SUMMARY_COLUMNS)}, found "
+                               f"{','.join(map(str, frame.columns))}")
+        frame["_order"] = [k * shards + i for k in range(len(frame))]
+        frames.append(frame)
+    summary = pd.concat(frames, ignore_index=True).sort_values("_order", kind="stable")
+    summary = summary.drop(columns="_order").reset_index(drop=True)
+    write_summary(summary, output)
+    return summary
+
+
+def _preprocess_shard(inputs: Any, output: str, config: PreprocessConfig, shard: str,
+                      workers: int | None, threads: int | None) -> dict[str, int]:
+    """One array task: this shard's scans; returns the count of each status."""
+    from adni_pu.preprocessing import run_preprocessing
+
+    summary = run_preprocessing(inputs, output, config, workers=workers,
+                                threads_per_worker=threads, shard=shard, progress=False)
+    return {str(k): int(v) for k, v in summary["status"].value_counts().items()}
+
+
+def submit_preprocessing(
+    inputs: str | Path | Sequence[str | Path],
+    output: str | Path,
+    shards: int,
+    *,
+    log_dir: str | Path,
+    config: PreprocessConfig | None = None,
+    workers: int | None = None,
+    threads_per_worker: int | None = None,
+    cluster: str | None = None,
+    python: str | None = None,
+    merge_params: dict[str, Any] | None = None,
+    **params: Any,
+) -> PreprocessJobs:
+    """Preprocess ``inputs`` into ``output`` as ``shards`` array tasks, then merge.
+
+    ``params`` are submitit parameters of each array task; ``merge_params`` override
+    :data:`MERGE_PARAMS` for the merge job (which otherwise shares the partition and
+    account). ``cluster``: ``"slurm"``, ``"local"`` or None (submitit picks: Slurm when
+    ``srun`` is on the PATH). Returns at once on Slurm; ``.result()`` waits for the merge.
+    """
+    if shards < 1:
+        raise ClusterError(f"shards: expected a count >= 1, found {shards}")
+    config = config or PreprocessConfig()
+    out = str(Path(output).resolve())
+    if isinstance(inputs, (str, Path)):
+        inputs = str(Path(inputs).resolve())
+    else:
+        inputs = [str(Path(p).resolve()) for p in inputs]
+    params = {"name": "adni-pu-preprocess", **params}
+    executor = _executor(log_dir, cluster, python, params)
+    labels = [f"{i}/{shards}" for i in range(1, shards + 1)]
+    jobs = executor.map_array(_preprocess_shard, [inputs] * shards, [out] * shards,
+                              [config] * shards, labels, [workers] * shards,
+                              [threads_per_worker] * shards)
+    shared = {k: v for k, v in params.items()
+              if k.startswith("slurm_") and k not in ("slurm_array_parallelism",)}
+    merge = {**shared, **MERGE_PARAMS, **(merge_params or {}), "name": "adni-pu-merge"}
+    if executor.cluster == "slurm":
+        # the array's id without the task suffix: afterok waits for every task
+        merge["slurm_dependency"] = f"afterok:{jobs[0].job_id.split('_')[0]}"
+    else:
+        for job in jobs:  # no scheduler to hold the merge back: wait here
+            job.result()
+    merge_executor = _executor(log_dir, executor.cluster, python, merge)
+    merge_job = merge_executor.submit(merge_shards, out, shards)
+    return PreprocessJobs(shards=jobs, merge=merge_job)
+
+
+def _train(manifest: str, out: str, config_path: str | None, preset: str | None,
+           overrides: list[str], distributed: bool) -> dict[str, Any]:
+    """One training task (rank): join the process group when several, then train."""
+    if distributed:
+        from submitit.helpers import TorchDistributedEnvironment
+
+        # every task sees all the node's GPUs and takes the one numbered by its LOCAL_RANK
+        TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
+    import os
+
+    from adni_pu.volume_run import load_volume_config, train_volumes
+
+    cfg = load_volume_config(config_path, overrides, preset)
+    fit = train_volumes(manifest, cfg, out)
+    return {"run": out, "best_epoch": int(fit.best_epoch),
+            "best_candidate": str(fit.best_candidate),
+            "world_size": int(os.environ.get("WORLD_SIZE", "1"))}
+
+
+def submit_training(
+    manifest: str | Path,
+    out: str | Path,
+    *,
+    log_dir: str | Path,
+    gpus: int = 1,
+    tasks: int | None = None,
+    config: str | Path | None = None,
+    preset: str | None = None,
+    overrides: Sequence[str] = (),
+    cluster: str | None = None,
+    python: str | None = None,
+    **params: Any,
+):
+    """Train on one node as ``adni-pu train`` does; returns the submitit job.
+
+    ``gpus`` GPUs and one task per GPU (``tasks`` tasks on ``gpus=0``, e.g. gloo processes
+    on CPUs); ``overrides`` are ``--set`` strings, e.g. ``'train.device="cuda"'``. The job's
+    ``.results()`` holds each task's ``{"run", "best_epoch", "best_candidate",
+    "world_size"}`` (the same on every rank).
+    """
+    if gpus < 0:
+        raise ClusterError(f"gpus: expected a count >= 0, found {gpus}")
+    ntasks = tasks if tasks is not None else max(gpus, 1)
+    if ntasks < 1 or (gpus and ntasks != gpus):
+        raise ClusterError(f"tasks: expected one per GPU ({gpus}), found {ntasks}")
+    params = {"name": "adni-pu-train", "nodes": 1, "tasks_per_node": ntasks,
+              "gpus_per_node": gpus, **params}
+    executor = _executor(log_dir, cluster, python, params)
+    return executor.submit(
+        _train, str(Path(manifest).resolve()), str(Path(out).resolve()),
+        str(Path(config).resolve()) if config is not None else None, preset,
+        list(overrides), ntasks > 1)
