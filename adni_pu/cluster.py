@@ -59,43 +59,19 @@ def _executor(log_dir: str | Path, cluster: str | None, python: str | None,
     return executor
 
 
-def shard_summary_path(output: str | Path, i: int, n: int) -> Path:
-    """Where ``run_preprocessing(..., shard="i/n")`` writes its summary."""
-    return Path(output) / f"summary_shard-{i}-of-{n}.csv"
-
-
 def merge_shards(output: str | Path, shards: int):
-    """Merge ``summary_shard-i-of-N.csv`` (i = 1..N) into ``summary.csv``; returns the table.
+    """The merge job: ``summary_shard-i-of-N.csv`` (i = 1..N) into ``summary.csv``.
 
-    Rows come back in the order an unsharded run lists them (shard i took every N-th scan
-    from i-1, so row k of shard i was scan k*N + i-1). Refuses to write anything when a
-    shard's summary is missing or has other columns.
+    Strict (:func:`adni_pu.preprocessing.runner.merge_shard_summaries` with
+    ``require_all``): a missing shard summary, or one with other columns, is refused naming
+    the file, and nothing is written. Returns the merged table.
     """
-    import pandas as pd
+    from adni_pu.preprocessing.runner import ShardMergeError, merge_shard_summaries
 
-    from adni_pu.preprocessing.runner import SUMMARY_COLUMNS, write_summary
-
-    if shards < 1:
-        raise ClusterError(f"shards: expected a count >= 1, found {shards}")
-    output = Path(output)
-    paths = [shard_summary_path(output, i, shards) for i in range(1, shards + 1)]
-    missing = [p.name for p in paths if not p.is_file()]
-    if missing:
-        raise ClusterError(f"{output}: shard summaries missing: {', '.join(missing)} (each "
-                           f"written by `adni-pu preprocess --shard i/{shards}`)")
-    frames = []
-    for i, path in enumerate(paths):
-        frame = pd.read_csv(path, dtype={"subject_id": str, "session_id": str},
-                            keep_default_na=False)
-        if list(frame.columns) != SUMMARY_COLUMNS:
-            raise ClusterError(f"{path}: columns: expected {','.join(SUMMARY_COLUMNS)}, found "
-                               f"{','.join(map(str, frame.columns))}")
-        frame["_order"] = [k * shards + i for k in range(len(frame))]
-        frames.append(frame)
-    summary = pd.concat(frames, ignore_index=True).sort_values("_order", kind="stable")
-    summary = summary.drop(columns="_order").reset_index(drop=True)
-    write_summary(summary, output)
-    return summary
+    try:
+        return merge_shard_summaries(output, shards, require_all=True)
+    except ShardMergeError as exc:
+        raise ClusterError(str(exc)) from exc
 
 
 def _preprocess_shard(inputs: Any, output: str, config: PreprocessConfig, shard: str,

@@ -13,16 +13,10 @@ import pandas as pd
 import pytest
 from volume_helpers import make_volume_cohort, tiny_overrides
 
-from adni_pu.cluster import (
-    ClusterError,
-    merge_shards,
-    shard_summary_path,
-    submit_preprocessing,
-    submit_training,
-)
+from adni_pu.cluster import ClusterError, merge_shards, submit_preprocessing, submit_training
 from adni_pu.preprocessing import discover_scans, load_config
 from adni_pu.preprocessing.phantom import synthetic_head
-from adni_pu.preprocessing.runner import SUMMARY_COLUMNS, write_summary
+from adni_pu.preprocessing.runner import SUMMARY_COLUMNS, shard_summary_path, write_summary
 
 FAST = ['skullstrip.method="template"', "registration.resolution_mm=4.0",
         "registration.iterations=[50, 20]", "registration.shrink_factors=[2, 1]",
@@ -36,7 +30,7 @@ def _rows(names: list[str]) -> pd.DataFrame:
                           "error": "", "seconds": 1.5} for n in names], columns=SUMMARY_COLUMNS)
 
 
-def test_merge_restores_the_unsharded_order(tmp_path) -> None:
+def test_merge_sorts_the_shards_rows_by_subject_and_session(tmp_path) -> None:
     scans = [f"s{i}" for i in range(7)]
     for i in (1, 2, 3):  # shard i took scans[i-1::3]
         write_summary(_rows(scans[i - 1::3]), tmp_path, f"{i}/3")

@@ -230,7 +230,9 @@ def run_preprocessing(
         raise
     summary = _summary_frame(rows, scans, left_out)
     path = write_summary(summary, output, runner.shard)
-    summary.attrs["summary_path"] = str(merge_shard_summaries(output, runner.shard) or path)
+    merged = (merge_shard_summaries(output, parse_shard(runner.shard)[1], require_all=False)
+              if runner.shard else None)
+    summary.attrs["summary_path"] = str(path if merged is None else output / "summary.csv")
     return summary
 
 
@@ -329,8 +331,13 @@ def _run_dask(scans: list[Scan], output: Path, config: PreprocessConfig, client:
             client.close()
 
 
-def _shard_summary_name(i: int, n: int) -> str:
-    return f"summary_shard-{i}-of-{n}.csv"
+class ShardMergeError(ValueError):
+    """Shard summaries that cannot be merged (a shard missing, a foreign file)."""
+
+
+def shard_summary_path(output: str | Path, i: int, n: int) -> Path:
+    """Where the run with ``shard="i/n"`` writes its summary."""
+    return Path(output) / f"summary_shard-{i}-of-{n}.csv"
 
 
 def write_summary(summary, output: Path, shard: str = "") -> Path:
@@ -339,7 +346,7 @@ def write_summary(summary, output: Path, shard: str = "") -> Path:
 
     name = "summary.csv"
     if shard:
-        name = _shard_summary_name(*parse_shard(shard))
+        name = shard_summary_path(output, *parse_shard(shard)).name
     buf = io.StringIO()
     summary.to_csv(buf, index=False)
     path = Path(output) / name
@@ -347,24 +354,38 @@ def write_summary(summary, output: Path, shard: str = "") -> Path:
     return path
 
 
-def merge_shard_summaries(output: str | Path, shard: str) -> Path | None:
-    """Merge the N shard summaries into ``summary.csv`` once all N are present.
+def merge_shard_summaries(output: str | Path, shards: int, *, require_all: bool = True):
+    """Merge ``summary_shard-i-of-N.csv`` (i = 1..N) into ``summary.csv``; returns the table.
 
-    Every shard calls this after writing its own summary, so whichever shard finishes last
-    (and any rerun of a shard) writes the merged table the cohort builder reads. Returns
-    its path, or None when ``shard`` is empty or some shard has not finished yet.
+    Every shard run calls this with ``require_all=False`` after writing its own summary, so
+    whichever shard finishes last (or any rerun of a shard) writes the merged table the
+    cohort builder reads; it returns None while some shard has not finished. A cluster's
+    merge job calls it with ``require_all=True``: a missing shard, or a file with other
+    columns, is a :class:`ShardMergeError` naming it, and nothing is written. Rows are
+    sorted by subject and session.
     """
     import pandas as pd
 
-    if not shard:
-        return None
-    _, n = parse_shard(shard)
+    if shards < 1:
+        raise ShardMergeError(f"shards: expected a count >= 1, found {shards}")
     output = Path(output)
-    parts = [output / _shard_summary_name(i, n) for i in range(1, n + 1)]
-    if not all(p.is_file() for p in parts):
-        return None
-    merged = pd.concat([pd.read_csv(p, dtype={"subject_id": str, "session_id": str},
-                                    keep_default_na=False) for p in parts],
-                       ignore_index=True)
+    parts = [shard_summary_path(output, i, shards) for i in range(1, shards + 1)]
+    missing = [p.name for p in parts if not p.is_file()]
+    if missing:
+        if not require_all:
+            return None
+        raise ShardMergeError(f"{output}: shard summaries missing: {', '.join(missing)} (each "
+                              f"written by `adni-pu preprocess --shard i/{shards}`)")
+    frames = []
+    for path in parts:
+        frame = pd.read_csv(path, dtype={"subject_id": str, "session_id": str},
+                            keep_default_na=False)
+        if list(frame.columns) != SUMMARY_COLUMNS:
+            raise ShardMergeError(f"{path}: columns: expected {','.join(SUMMARY_COLUMNS)}, "
+                                  f"found {','.join(map(str, frame.columns))}")
+        frames.append(frame)
+    merged = pd.concat(frames, ignore_index=True)
     merged = merged.sort_values(["subject_id", "session_id"], kind="stable")
-    return write_summary(merged.reset_index(drop=True), output)
+    merged = merged.reset_index(drop=True)
+    write_summary(merged, output)
+    return merged
