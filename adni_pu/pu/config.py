@@ -120,6 +120,10 @@ class TrainConfig:
     amp: bool = False
     channels_last: bool = False
     compile: bool = False
+    # Checkpoint size: "float32" resumes exactly; "bfloat16" stores weights, teachers and
+    # optimiser moments at half size (for runs carried between machines in pieces; a resume
+    # then continues from rounded values, so it is not bit-identical to an uninterrupted run).
+    checkpoint_precision: Literal["float32", "bfloat16"] = "float32"
     progress: bool = True
     selfpu: SelfPUConfig = field(default_factory=SelfPUConfig)
 

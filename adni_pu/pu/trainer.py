@@ -344,9 +344,10 @@ class Trainer:
     # ------------------------------------------------------------------ losses
 
     def _val_batches(self, rng: np.random.Generator, n_batches: int
-                     ) -> list[tuple[Any, torch.Tensor, torch.Tensor]]:
+                     ) -> list[tuple[Any, torch.Tensor, torch.Tensor, int]]:
         """The epoch's validation mini-batches for the meta step (half labelled positives,
-        half unlabelled each), drawn in batch order and moved to the device at once."""
+        half unlabelled each: inputs, PU labels, true labels, number of positives), drawn in
+        batch order and moved to the device at once."""
         val = self.data.val
         half = max(self.cfg.batch_size // 2, 1)
         p_all = val.positive_indices()
@@ -369,14 +370,19 @@ class Trainer:
             xs = [on_device[r] for r in rows]
         else:
             xs = list(self._iterate(val.x, draws))
-        return list(zip(xs, [s] * len(xs), truths))
+        return [(x, s, truth, n_p) for x, truth in zip(xs, truths)]
 
     def _meta_objective(self, model: nn.Module, x_val: Any, s_val: torch.Tensor,
-                        truth_val: torch.Tensor) -> calibration.ValidationObjective:
+                        truth_val: torch.Tensor, n_pos: int | None = None
+                        ) -> calibration.ValidationObjective:
+        """The validation objective of the meta step; ``n_pos`` says that the first
+        ``n_pos`` rows are the labelled positives (sliced, so no host sync)."""
         def objective(params: dict[str, torch.Tensor]) -> torch.Tensor:
             logits = calibration.functional_forward(model, params, x_val)
             if self.sp.meta_objective == "pn_ce":
                 return nn.functional.binary_cross_entropy_with_logits(logits, truth_val)
+            if n_pos is not None:
+                return losses.pu_risk(logits[:n_pos], logits[n_pos:], self.prior).unbiased
             return losses.pu_risk(logits[s_val == 1], logits[s_val == 0], self.prior).unbiased
 
         return objective
@@ -405,7 +411,7 @@ class Trainer:
         lay: _Layout,
         epoch: float,
         phase: int,
-        meta: tuple[Any, torch.Tensor, torch.Tensor] | None,
+        meta: tuple[Any, torch.Tensor, torch.Tensor, int] | None,
         member_target: torch.Tensor,
     ) -> tuple[torch.Tensor, dict[str, Any]]:
         """Self-PU loss of student ``k``; statistics are device tensors or host floats."""
@@ -683,14 +689,15 @@ class Trainer:
 
     # ------------------------------------------------------------------ the loop
 
-    def fit(self, deadline: float | None = None) -> FitResult:
+    def fit(self, deadline: float | None = None, finish_first_epoch: bool = True) -> FitResult:
         """Train for ``config.epochs`` epochs (resuming from the run folder's checkpoint).
 
         ``deadline`` (a ``time.monotonic()`` value) makes this a piece of a longer run: an
         epoch starts only if the longest earlier epoch of its phase fits before the
-        deadline, and an epoch that passes it is dropped (the first epoch of the piece is
-        always finished, so every piece makes progress). The checkpoint then holds the last
-        finished epoch and the result says ``complete=False``; fitting again resumes.
+        deadline, and an epoch that passes it is dropped. With ``finish_first_epoch`` the
+        first epoch of this call is exempt, so every piece makes progress. The checkpoint
+        then holds the last finished epoch and the result says ``complete=False``; fitting
+        again resumes.
         """
         self._prepare_run_dir()
         self._maybe_resume()
@@ -699,7 +706,8 @@ class Trainer:
         first = self.start_epoch
         complete = True
         for epoch in range(self.start_epoch, self.cfg.epochs):
-            if deadline is not None and epoch > first and not self._fits(epoch, deadline):
+            exempt = finish_first_epoch and epoch == first
+            if deadline is not None and not exempt and not self._fits(epoch, deadline):
                 complete = False
                 break
             t0 = time.perf_counter()
@@ -715,7 +723,7 @@ class Trainer:
                     row[f"trusted/{st.name}/prior_rest"] = st.prior_rest
             t_select = time.perf_counter() - t0
             try:
-                stats = self.train_epoch(epoch, deadline if epoch > first else None)
+                stats = self.train_epoch(epoch, None if exempt else deadline)
             except _OutOfTime:
                 complete = False
                 break
@@ -781,6 +789,9 @@ class Trainer:
             "history": self.history,
             "best": self.best,
         }
+        if self.cfg.checkpoint_precision == "bfloat16":
+            state["students"] = _half_size(state["students"])
+            state["best"] = {**self.best, "state": _half_size(self.best["state"])}
         _atomic_torch_save(state, self.run_dir / "checkpoints" / "last.pt")
 
     def _maybe_resume(self) -> None:
@@ -878,6 +889,21 @@ def _average_logits(logits: list[np.ndarray]) -> np.ndarray:
     p = np.mean([1.0 / (1.0 + np.exp(-lg)) for lg in logits], axis=0)
     p = np.clip(p, 1e-7, 1 - 1e-7)
     return np.log(p / (1 - p))
+
+
+def _half_size(obj: Any) -> Any:
+    """A copy of ``obj`` with every floating tensor of more than one element in bfloat16.
+
+    Scalars (Adam's step counters) keep their precision; loading casts back to the
+    parameters' dtype (``load_state_dict`` of modules and optimisers does).
+    """
+    if isinstance(obj, torch.Tensor):
+        return obj.to(torch.bfloat16) if obj.is_floating_point() and obj.numel() > 1 else obj
+    if isinstance(obj, dict):
+        return {k: _half_size(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_half_size(v) for v in obj)
+    return obj
 
 
 def _cpu_state(model: nn.Module) -> dict[str, torch.Tensor]:
