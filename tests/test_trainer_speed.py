@@ -245,3 +245,39 @@ def test_compiled_training_forward_matches_eager(tiny_pu):
         t.fit()
     for a, b in zip(runs[0].history, runs[1].history):
         assert b["train/model/loss"] == pytest.approx(a["train/model/loss"], rel=1e-4)
+
+
+class _Volumes(torch.utils.data.Dataset):
+    """Tiny three-input volumes (map-style, as the MRI pipeline delivers them)."""
+
+    def __init__(self, y: np.ndarray, seed: int) -> None:
+        g = torch.Generator().manual_seed(seed)
+        self.items = [{"brain": torch.randn(1, 24, 24, 24, generator=g) + float(v),
+                       "hipp_l": torch.randn(1, 16, 16, 16, generator=g) + float(v),
+                       "hipp_r": torch.randn(1, 16, 16, 16, generator=g)} for v in y]
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        return self.items[i]
+
+
+def test_3d_cnn_trains_with_bf16_and_channels_last_3d():
+    rng = np.random.default_rng(0)
+    y = (rng.random(48) < 0.5).astype(np.int64)
+    y[:12] = 1
+    yt = np.r_[np.ones(8), np.zeros(8)].astype(np.int64)
+    data = make_pu_data(_Volumes(y, 0), y, _Volumes(yt, 1), yt, n_labelled=10, prior=0.5,
+                        val_fraction=0.25, seed=0)
+    args = {"brain_size": 24, "hipp_size": 16, "channels": [4, 8], "hidden": 16}
+    runs = [Trainer(tiny_config(method="nnpu", epochs=2, model="cnn3d", model_args=args,
+                                batch_size=12, lr=1e-3, amp=fast, channels_last=fast), data)
+            for fast in (False, True)]
+    for t in runs:
+        t.fit()
+    conv = next(m for m in runs[1].students[0].model.modules()
+                if isinstance(m, torch.nn.Conv3d))
+    assert conv.weight.is_contiguous(memory_format=torch.channels_last_3d)
+    for a, b in zip(runs[0].history, runs[1].history):
+        assert b["train/model/loss"] == pytest.approx(a["train/model/loss"], rel=0.05)
