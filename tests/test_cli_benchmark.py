@@ -45,6 +45,13 @@ def test_bad_method_is_refused(tmp_path):
     assert "expected naive, upu, nnpu or selfpu" in result.output
 
 
+def test_non_positive_time_limit_is_refused(tmp_path):
+    result = runner.invoke(app, ["benchmark", "mnist", "--out", str(tmp_path),
+                                 "--time-limit", "0"])
+    assert result.exit_code == 2
+    assert "time limit 0.0 minutes: expected a positive number" in result.output
+
+
 @pytest.mark.integration
 def test_mnist_nnpu_three_epochs_writes_results_json(tmp_path):
     data = shared_path("mnist")

@@ -152,7 +152,7 @@ def channels_last(model: nn.Module) -> nn.Module:
     return model
 
 
-def _to_layout(x: Any, enabled: bool) -> Any:
+def to_layout(x: Any, enabled: bool) -> Any:
     """Channels-last copies of the 4-D / 5-D tensors in ``x`` (when ``enabled``)."""
     if not enabled:
         return x
@@ -163,9 +163,9 @@ def _to_layout(x: Any, enabled: bool) -> Any:
             return x.contiguous(memory_format=torch.channels_last_3d)
         return x
     if isinstance(x, dict):
-        return {k: _to_layout(v, enabled) for k, v in x.items()}
+        return {k: to_layout(v, enabled) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return type(x)(_to_layout(v, enabled) for v in x)
+        return type(x)(to_layout(v, enabled) for v in x)
     return x
 
 
@@ -282,7 +282,7 @@ class Trainer:
         """``x`` on the training device (moved, in the configured layout, once per run)."""
         key = id(x)
         if key not in self._resident:
-            self._resident[key] = (x, _to_layout(x.to(self.device), self.cfg.channels_last))
+            self._resident[key] = (x, to_layout(x.to(self.device), self.cfg.channels_last))
         return self._resident[key][1]
 
     def _iterate(self, x: Any, index_batches: list[np.ndarray]) -> Iterator[Any]:
@@ -298,7 +298,7 @@ class Trainer:
             pin_memory=self.device.type == "cuda", persistent_workers=False,
         )
         for xb in loader:
-            yield _to_layout(to_device(xb, self.device), self.cfg.channels_last)
+            yield to_layout(to_device(xb, self.device), self.cfg.channels_last)
 
     @torch.no_grad()
     def predict_logits(self, model: nn.Module, split: PUSplit) -> np.ndarray:
@@ -344,10 +344,13 @@ class Trainer:
     # ------------------------------------------------------------------ losses
 
     def _val_batches(self, rng: np.random.Generator, n_batches: int
-                     ) -> list[tuple[Any, torch.Tensor, torch.Tensor, int]]:
+                     ) -> Iterator[tuple[Any, torch.Tensor, torch.Tensor, int]]:
         """The epoch's validation mini-batches for the meta step (half labelled positives,
-        half unlabelled each: inputs, PU labels, true labels, number of positives), drawn in
-        batch order and moved to the device at once."""
+        half unlabelled each: inputs, PU labels, true labels, number of positives).
+
+        All are drawn now, in batch order (the random stream stays that of one draw per
+        batch); indices and labels go to the device at once, inputs are gathered (or
+        loaded) one batch at a time as the iterator is consumed."""
         val = self.data.val
         half = max(self.cfg.batch_size // 2, 1)
         p_all = val.positive_indices()
@@ -359,7 +362,7 @@ class Trainer:
             u = rng.choice(u_all, size=n_u, replace=False)
             draws.append(np.concatenate([p, u]))
         if not draws:
-            return []
+            return iter(())
         idx = np.concatenate(draws)
         s = torch.cat([torch.ones(n_p), torch.zeros(n_u)]).to(self.device)
         truths = torch.as_tensor(val.truth[idx], dtype=torch.float32).to(self.device)
@@ -367,10 +370,10 @@ class Trainer:
         if isinstance(val.x, torch.Tensor):
             rows = torch.split(torch.from_numpy(idx).to(self.device), n_p + n_u)
             on_device = self.resident(val.x)
-            xs = [on_device[r] for r in rows]
+            xs: Iterator[Any] = (on_device[r] for r in rows)
         else:
-            xs = list(self._iterate(val.x, draws))
-        return [(x, s, truth, n_p) for x, truth in zip(xs, truths)]
+            xs = self._iterate(val.x, draws)
+        return ((x, s, truth, n_p) for x, truth in zip(xs, truths))
 
     def _meta_objective(self, model: nn.Module, x_val: Any, s_val: torch.Tensor,
                         truth_val: torch.Tensor, n_pos: int | None = None
@@ -540,7 +543,7 @@ class Trainer:
         for s, idx in zip(s_all, idx_all):
             xb = on_device[idx]
             if augment:
-                xb = _to_layout(crop_flip(xb, self.cfg.crop_padding, gen),
+                xb = to_layout(crop_flip(xb, self.cfg.crop_padding, gen),
                                 self.cfg.channels_last)
             yield xb, s, idx
 
@@ -566,7 +569,8 @@ class Trainer:
             batches = self.ddp.shard(batches, epoch)
         needs_meta = (self.cfg.method == "selfpu" and self.sp.reweight
                       and (phase == 2 or (phase == 3 and self.sp.reweight_in_phase3)))
-        metas = self._val_batches(rng, len(batches)) if needs_meta else [None] * len(batches)
+        metas = (self._val_batches(rng, len(batches)) if needs_meta
+                 else iter([None] * len(batches)))
         layouts = self._layouts(batches, [m for m, _ in memberships], phase)
         values: dict[str, list[Any]] = {}
         progress = _progress(len(batches), f"epoch {epoch + 1}/{self.cfg.epochs}",
