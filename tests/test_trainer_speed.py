@@ -281,3 +281,10 @@ def test_3d_cnn_trains_with_bf16_and_channels_last_3d():
     assert conv.weight.is_contiguous(memory_format=torch.channels_last_3d)
     for a, b in zip(runs[0].history, runs[1].history):
         assert b["train/model/loss"] == pytest.approx(a["train/model/loss"], rel=0.05)
+
+
+def test_a_deadline_is_refused_with_distributed_training(tiny_pu):
+    trainer = Trainer(tiny_config(method="nnpu", epochs=1), tiny_pu)
+    trainer.ddp = object()  # attached by adni_pu.distributed.attach in a torchrun process
+    with pytest.raises(ValueError, match="not supported with distributed training"):
+        trainer.fit(deadline=time.monotonic() + 60)

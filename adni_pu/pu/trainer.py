@@ -701,8 +701,11 @@ class Trainer:
         deadline, and an epoch that passes it is dropped. With ``finish_first_epoch`` the
         first epoch of this call is exempt, so every piece makes progress. The checkpoint
         then holds the last finished epoch and the result says ``complete=False``; fitting
-        again resumes.
+        again resumes. Not with distributed training (ranks could stop at different
+        batches).
         """
+        if deadline is not None and self.ddp is not None:
+            raise ValueError("fit(deadline=...) is not supported with distributed training")
         self._prepare_run_dir()
         self._maybe_resume()
         if self.ddp is not None:
