@@ -2,6 +2,10 @@
 
 Each seed trains in its own run folder (resumable: a finished seed is not trained again)
 and the aggregate is written as the results JSON of ``docs/benchmarks`` plus a Markdown table.
+
+With a time limit the run works in pieces: it stops at an epoch boundary before the limit,
+leaves the checkpoint and ``progress.json`` (what is done, what is left) in the output folder,
+and the same command run again continues from there (see docs/training.md).
 """
 
 from __future__ import annotations
@@ -9,6 +13,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +43,8 @@ class BenchmarkSpec:
     overrides: list[str] = field(default_factory=list)
     train_limit: int | None = None
     test_limit: int | None = None
+    time_limit: float | None = None
+    """Minutes this command may train before it checkpoints and stops (None: no limit)."""
 
     @property
     def label(self) -> str:
@@ -77,8 +84,15 @@ def data_prior(spec: BenchmarkSpec, cfg: Any) -> float | None:
     return spec.prior if spec.prior is not None else cfg.prior
 
 
-def run_seed(spec: BenchmarkSpec, seed: int, cache_dir: Path | None = None) -> dict[str, Any]:
-    """Train and evaluate one seed; reuse its result file if it is already there."""
+def run_seed(spec: BenchmarkSpec, seed: int, cache_dir: Path | None = None,
+             deadline: float | None = None, finish_first_epoch: bool = True
+             ) -> dict[str, Any] | None:
+    """Train and evaluate one seed; reuse its result file if it is already there.
+
+    Returns None when training stopped at ``deadline`` (``time.monotonic()`` seconds)
+    before the last epoch; the seed's run folder then holds the checkpoint to resume from.
+    ``finish_first_epoch`` lets the first epoch run past the deadline (progress per piece).
+    """
     from adni_pu.data.benchmarks import load_benchmark
     from adni_pu.pu.trainer import Trainer
 
@@ -94,7 +108,9 @@ def run_seed(spec: BenchmarkSpec, seed: int, cache_dir: Path | None = None) -> d
                           spec.scheme, spec.val_fraction, seed=seed, cache_dir=cache_dir,
                           train_limit=spec.train_limit, test_limit=spec.test_limit)
     trainer = Trainer(cfg, data, run_dir)
-    fit = trainer.fit()
+    fit = trainer.fit(deadline, finish_first_epoch)
+    if not fit.complete:
+        return None
     metrics, _ = trainer.evaluate_split(data.test)
     diag = [v for row in fit.history for k, v in row.items() if k.startswith("test_diagnostic/")]
     result = {
@@ -185,17 +201,72 @@ def markdown_table(summary: dict[str, Any]) -> str:
 
 def run_benchmark(spec: BenchmarkSpec, results_json: Path | None = None,
                   command: str | None = None) -> dict[str, Any]:
-    """Run every seed, then write ``results.json`` and ``results.md`` into ``spec.out``."""
+    """Run every seed, then write ``results.json`` and ``results.md`` into ``spec.out``.
+
+    With ``spec.time_limit`` the command may stop early: it then returns (and writes to
+    ``progress.json``) a progress record with ``"status": "incomplete"`` instead.
+    """
+    start = time.monotonic()
+    deadline = None if spec.time_limit is None else start + 60.0 * spec.time_limit
+    if spec.time_limit is not None and spec.time_limit <= 0:
+        raise ValueError(f"time limit {spec.time_limit} minutes: expected a positive number")
     if spec.dataset not in DATA_NAMES:
         raise ValueError(f"benchmark {spec.dataset!r}: expected one of {sorted(DATA_NAMES)}")
     spec.out.mkdir(parents=True, exist_ok=True)
     cache = spec.out / ".cache"
-    results = [run_seed(spec, seed, cache) for seed in spec.seeds]
     command = command or " ".join(["adni-pu", *sys.argv[1:]])
+    results = []
+    trained = False  # only the first seed this command trains may overrun by one epoch
+    for seed in spec.seeds:
+        done = (spec.out / f"seed{seed}" / "result.json").is_file()
+        result = run_seed(spec, seed, cache, deadline, finish_first_epoch=not trained)
+        trained = trained or not done
+        if result is None:
+            progress = _progress(spec, seed, [r["seed"] for r in results], command,
+                                 time.monotonic() - start)
+            cfgmod.atomic_write_text(spec.out / "progress.json",
+                                     json.dumps(progress, indent=2) + "\n")
+            return progress
+        results.append(result)
     summary = aggregate(spec, results, command)
     text = json.dumps(summary, indent=2) + "\n"
     cfgmod.atomic_write_text(spec.out / "results.json", text)
     cfgmod.atomic_write_text(spec.out / "results.md", markdown_table(summary))
+    if spec.time_limit is not None:
+        progress = {"status": "complete", "command": command, "seeds_done": spec.seeds,
+                    "results": str(spec.out / "results.json")}
+        cfgmod.atomic_write_text(spec.out / "progress.json",
+                                 json.dumps(progress, indent=2) + "\n")
     if results_json is not None:
         cfgmod.atomic_write_text(results_json, text)
     return summary
+
+
+def _progress(spec: BenchmarkSpec, seed: int, done: list[int], command: str,
+              seconds: float) -> dict[str, Any]:
+    """What an interrupted command leaves: seeds done, the current seed's last epoch."""
+    import csv
+
+    rows = []
+    metrics = spec.out / f"seed{seed}" / "metrics.csv"
+    if metrics.is_file():
+        with metrics.open(newline="") as handle:
+            rows = list(csv.DictReader(handle))
+    last = rows[-1] if rows else {}
+    tests = [float(v) for row in rows for k, v in row.items()
+             if k.startswith("test_diagnostic/") and v]
+    return {
+        "status": "incomplete",
+        "command": command,
+        "time_limit_minutes": spec.time_limit,
+        "seconds_this_piece": round(seconds, 1),
+        "seeds": spec.seeds,
+        "seeds_done": done,
+        "current_seed": seed,
+        "epochs_done": len(rows),
+        "epochs": int(resolve_config(spec, seed).epochs),
+        "last_epoch": {k: last[k] for k in ("phase", "selected/candidate", "selected/score")
+                       if k in last},
+        "test_accuracy_test_selected_so_far": max(tests) if tests else None,
+        "metrics": str(metrics),
+    }

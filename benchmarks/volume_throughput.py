@@ -75,6 +75,8 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--amp", action="store_true", help="bfloat16 autocast (GPU)")
+    parser.add_argument("--channels-last", action="store_true",
+                        help="channels-last-3d layout for the model and its inputs")
     parser.add_argument("--machine", default="2-core CPU VM, no GPU")
     parser.add_argument("--out", type=Path,
                         default=REPO / "benchmarks" / "results" / "volume-throughput-cpu.json")
@@ -86,6 +88,7 @@ def main() -> None:
     from adni_pu.data.volumes import VolumeDataConfig, build_volume_dataset, collate_volumes
     from adni_pu.models.cnn3d import build_cnn3d
     from adni_pu.provenance import provenance
+    from adni_pu.pu.trainer import channels_last, to_layout
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -97,6 +100,7 @@ def main() -> None:
                     "command": " ".join(["python", "benchmarks/volume_throughput.py",
                                          *sys.argv[1:]]),
                     "machine": args.machine, "device": str(device), "threads": args.threads,
+                    "amp": args.amp, "channels_last": args.channels_last,
                     "batch_size": args.batch_size, "input_sizes": {
                         "brain": list(cfg.brain_size), "hipp_l": list(cfg.hipp_size),
                         "hipp_r": list(cfg.hipp_size), "crop": list(cfg.crop_shape)}}
@@ -126,7 +130,8 @@ def main() -> None:
     print("loader samples/s", result["loader"], flush=True)
 
     batch = next(iter(loader(0)))
-    inputs = {k: batch[k].to(device) for k in ("brain", "hipp_l", "hipp_r")}
+    inputs = to_layout({k: batch[k].to(device) for k in ("brain", "hipp_l", "hipp_r")},
+                       args.channels_last)
     target = (batch["pu_label"].float() * 2 - 1).to(device)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.amp)
@@ -142,6 +147,8 @@ def main() -> None:
     models = {}
     for preset in [p for p in args.presets.split(",") if p]:
         model = build_cnn3d(preset).to(device).train()
+        if args.channels_last:
+            model = channels_last(model)
         opt = torch.optim.Adam(model.parameters(), lr=1e-4)
         for _ in range(2):
             step(model, opt)

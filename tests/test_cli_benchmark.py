@@ -65,6 +65,13 @@ def test_the_prior_is_set_once_and_recorded_as_trained(tmp_path, monkeypatch):
     assert both.exit_code == 2 and "disagree" in both.output
 
 
+def test_non_positive_time_limit_is_refused(tmp_path):
+    result = runner.invoke(app, ["benchmark", "mnist", "--out", str(tmp_path),
+                                 "--time-limit", "0"])
+    assert result.exit_code == 2
+    assert "time limit 0.0 minutes: expected a positive number" in result.output
+
+
 @pytest.mark.integration
 def test_mnist_nnpu_three_epochs_writes_results_json(tmp_path):
     data = shared_path("mnist")
@@ -88,3 +95,31 @@ def test_mnist_nnpu_three_epochs_writes_results_json(tmp_path):
         "--data-dir", str(data), "--out", str(out)])
     assert again.exit_code == 0
     assert "already done" in again.output
+
+
+@pytest.mark.integration
+def test_benchmark_in_timed_pieces_equals_one_run(tmp_path):
+    data = shared_path("mnist")
+    args = ["benchmark", "mnist", "--method", "selfpu", "--seeds", "1", "--epochs", "3",
+            "--data-dir", str(data), "--train-limit", "600", "--test-limit", "200",
+            "--threads", "1", "--n-labelled", "100", "--set", "selfpu.warmup_epochs=1",
+            "--set", "selfpu.self_paced_end=2", "--set", "selfpu.select_every=1"]
+    whole = runner.invoke(app, [*args, "--out", str(tmp_path / "whole")])
+    assert whole.exit_code == 0, whole.output
+    codes = []
+    for _ in range(6):  # a limit this small leaves time for one epoch per command
+        piece = runner.invoke(app, [*args, "--out", str(tmp_path / "pieces"),
+                                    "--time-limit", "0.0001"])
+        codes.append(piece.exit_code)
+        if piece.exit_code == 0:
+            break
+        assert "run the same command again" in piece.output
+        progress = json.loads((tmp_path / "pieces" / "progress.json").read_text())
+        assert progress["status"] == "incomplete"
+        assert progress["epochs_done"] == len(codes)
+    assert codes == [75, 75, 0]
+    a, b = (json.loads((tmp_path / p / "results.json").read_text())["per_seed"][0]
+            for p in ("whole", "pieces"))
+    assert a["test"] == b["test"]
+    assert a["selected_epoch"] == b["selected_epoch"]
+    assert a["val_score"] == b["val_score"]

@@ -13,6 +13,9 @@ bench_app = typer.Typer(help="Reproduce the paper's MNIST / CIFAR-10 PU benchmar
                         no_args_is_help=True)
 
 Method = Annotated[str, typer.Option(help="naive, upu, nnpu or selfpu")]
+# Exit status of a command that stopped at --time-limit with work left (EX_TEMPFAIL).
+EXIT_INCOMPLETE = 75
+
 Preset = Annotated[Optional[str], typer.Option(  # noqa: UP045 - typer needs Optional
     show_default="none: --method",
     help="a named configuration (ablation row), e.g. sps-reweight; see `adni-pu presets`")]
@@ -22,7 +25,8 @@ def _run(dataset: str, method: str, preset: str | None, seeds: int, seed_offset:
          epochs: int | None, data_dir: Path, out: Path, config: Path | None, sets: list[str],
          n_labelled: int, prior: float | None, scheme: str, val_fraction: float,
          results_json: Path | None, threads: int, device: str,
-         train_limit: int | None = None, test_limit: int | None = None) -> None:
+         train_limit: int | None = None, test_limit: int | None = None,
+         time_limit: float | None = None) -> None:
     from adni_pu.benchmark import BenchmarkSpec, markdown_table, run_benchmark
     from adni_pu.config import ConfigError
     from adni_pu.data.pu import PUConstructionError
@@ -41,13 +45,18 @@ def _run(dataset: str, method: str, preset: str | None, seeds: int, seed_offset:
         seeds=list(range(seed_offset, seed_offset + seeds)), data_dir=data_dir, out=out,
         n_labelled=n_labelled, prior=prior, scheme=scheme, val_fraction=val_fraction,
         config_file=config, overrides=[*overrides, *sets],
-        train_limit=train_limit, test_limit=test_limit,
+        train_limit=train_limit, test_limit=test_limit, time_limit=time_limit,
     )
     try:
         summary = run_benchmark(spec, results_json)
     except (ConfigError, DataFormatError, PUConstructionError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
+    if summary.get("status") == "incomplete":
+        typer.echo(f"stopped at the time limit: seed {summary['current_seed']}, "
+                   f"{summary['epochs_done']}/{summary['epochs']} epochs done; run the same "
+                   f"command again to continue ({out / 'progress.json'})")
+        raise typer.Exit(EXIT_INCOMPLETE)
     typer.echo(markdown_table(summary))
     typer.echo(f"results: {out / 'results.json'}")
 
@@ -83,10 +92,14 @@ def _command(dataset: str):  # noqa: ANN202 - typer reads the signature
         test_limit: Annotated[Optional[int], typer.Option(  # noqa: UP045
             show_default="all", help="keep a seeded subset of the test split (smoke runs)")
         ] = None,
+        time_limit: Annotated[Optional[float], typer.Option(  # noqa: UP045
+            show_default="none",
+            help="minutes to train before checkpointing and stopping (exit status 75); "
+                 "the same command continues")] = None,
     ) -> None:
         _run(dataset, method, preset, seeds, seed_offset, epochs, data_dir, out, config,
              set_ or [], n_labelled, prior, scheme, val_fraction, results_json, threads, device,
-             train_limit, test_limit)
+             train_limit, test_limit, time_limit)
 
     command.__doc__ = f"Train on {dataset} PU splits over several seeds; write results JSON."
     return command

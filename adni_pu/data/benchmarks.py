@@ -90,3 +90,25 @@ def _subset(part: readers.LabelledArrays, limit: int | None, seed: int) -> reade
         raise ValueError(f"subset limit {limit}: expected a positive number of examples")
     idx = np.sort(np.random.default_rng(seed).choice(len(part.labels), limit, replace=False))
     return readers.LabelledArrays(part.images[idx], part.labels[idx])
+
+
+def crop_flip(x: torch.Tensor, padding: int, generator: torch.Generator) -> torch.Tensor:
+    """Random crop after zero padding and random left-right mirror, for a batch N x C x H x W.
+
+    Vectorised on ``x``'s device: one gather builds every crop, so a batch costs a few
+    kernels whatever its size. The draws come from ``generator`` (seeded by the caller), so
+    a run is reproducible on one device type. Zero padding is the channel mean once the
+    images are standardised.
+    """
+    n, _, h, w = x.shape
+    device = x.device
+    shift = torch.randint(0, 2 * padding + 1, (2, n), generator=generator, device=device)
+    flip = torch.rand(n, generator=generator, device=device) < 0.5
+    if padding:
+        x = torch.nn.functional.pad(x, (padding, padding, padding, padding))
+    rows = (shift[0][:, None] + torch.arange(h, device=device))[:, None, :, None]
+    cols = shift[1][:, None] + torch.arange(w, device=device)
+    cols = torch.where(flip[:, None], cols.flip(1), cols)[:, None, None, :]
+    batch = torch.arange(n, device=device)[:, None, None, None]
+    channel = torch.arange(x.shape[1], device=device)[None, :, None, None]
+    return x[batch, channel, rows, cols]

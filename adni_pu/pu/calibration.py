@@ -34,17 +34,20 @@ class CalibrationWeights:
     ce: torch.Tensor
     pu: torch.Tensor
     raw: torch.Tensor  # u before clamping, shape 2 x n
-    capped: int
+    capped: torch.Tensor  # number of examples the cap sent back to pure nnPU (0-d)
 
-    def stats(self) -> dict[str, float]:
+    def stats(self) -> dict[str, torch.Tensor | float]:
+        """Batch statistics as float64 scalar tensors on the weights' device (no host sync)."""
         n = max(self.ce.numel(), 1)
+        if not self.ce.numel():
+            return {k: 0.0 for k in ("ce_weight_mean", "ce_weight_nonzero", "pu_weight_mean",
+                                     "raw_positive_fraction", "capped_fraction")}
         return {
-            "ce_weight_mean": float(self.ce.mean()) if self.ce.numel() else 0.0,
-            "ce_weight_nonzero": float((self.ce > 0).sum()) / n,
-            "pu_weight_mean": float(self.pu.mean()) if self.pu.numel() else 0.0,
-            "raw_positive_fraction": float((self.raw > 0).float().mean()) if self.raw.numel()
-            else 0.0,
-            "capped_fraction": self.capped / n,
+            "ce_weight_mean": self.ce.mean().double(),
+            "ce_weight_nonzero": (self.ce > 0).sum().double() / n,
+            "pu_weight_mean": self.pu.mean().double(),
+            "raw_positive_fraction": (self.raw > 0).float().mean().double(),
+            "capped_fraction": self.capped.double() / n,
         }
 
 
@@ -110,12 +113,11 @@ def normalise_weights(raw: torch.Tensor, batch_size: int, cap: float) -> Calibra
     budget = cap * batch_size
     order = torch.argsort(ce, descending=True, stable=True)
     over = torch.cumsum(ce[order], 0) > budget + 1e-12
-    capped_idx = order[over & (ce[order] > 0)]
-    ce = ce.clone()
-    pu = pu.clone()
-    ce[capped_idx] = 0.0
-    pu[capped_idx] = 1.0
-    return CalibrationWeights(ce, pu, raw, int(capped_idx.numel()))
+    # the capped examples as a mask in example order (a scatter: no data-dependent shape)
+    capped = torch.zeros_like(has).scatter(0, order, over & (ce[order] > 0))
+    ce = ce.masked_fill(capped, 0.0)
+    pu = pu.masked_fill(capped, 1.0)
+    return CalibrationWeights(ce, pu, raw, capped.sum())
 
 
 def calibration_weights(

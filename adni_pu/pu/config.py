@@ -110,6 +110,20 @@ class TrainConfig:
     eval_batch_size: int = 1024
     # Evaluate the test split every epoch for the "test-selected" diagnostic only.
     track_test: bool = False
+    # Random augmentation of tensor images (CIFAR-10) on the training device, per batch:
+    # "crop-flip" pads by crop_padding (with zeros, the channel mean after standardising),
+    # crops back at a random offset and mirrors left-right with probability 1/2.
+    augment: Literal["none", "crop-flip"] = "none"
+    crop_padding: int = 4
+    # Speed: bfloat16 autocast for every forward pass (losses stay float32), channels-last
+    # memory layout for convolutional models, torch.compile of the training forward.
+    amp: bool = False
+    channels_last: bool = False
+    compile: bool = False
+    # Checkpoint size: "float32" resumes exactly; "bfloat16" stores weights, teachers and
+    # optimiser moments at half size (for runs carried between machines in pieces; a resume
+    # then continues from rounded values, so it is not bit-identical to an uninterrupted run).
+    checkpoint_precision: Literal["float32", "bfloat16"] = "float32"
     progress: bool = True
     selfpu: SelfPUConfig = field(default_factory=SelfPUConfig)
 
@@ -121,6 +135,8 @@ class TrainConfig:
             raise ValueError(f"prior={self.prior}: expected a number in (0, 1)")
         if self.val_criterion == "pn_accuracy" and not self.pn_validation:
             raise ValueError("val_criterion='pn_accuracy' needs pn_validation=true")
+        if self.crop_padding < 0:
+            raise ValueError(f"crop_padding={self.crop_padding}: expected >= 0")
         if self.selfpu.meta_objective == "pn_ce" and not self.pn_validation:
             raise ValueError("selfpu.meta_objective='pn_ce' needs pn_validation=true")
 

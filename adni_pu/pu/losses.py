@@ -78,15 +78,16 @@ def upu_loss(logits_p: torch.Tensor, logits_u: torch.Tensor, prior: float,
 
 
 def nnpu_step_objective(risk: PURisk, beta: float = 0.0, gamma: float = 1.0
-                        ) -> tuple[torch.Tensor, bool]:
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
     """Kiryo's step rule: what to back-propagate, and whether the correction fired.
 
     If R_n < -beta, step on -gamma R_n (gradient ascent on the negative part); otherwise
-    step on R_p + R_n.
+    step on R_p + R_n. The branch is taken with ``torch.where`` (no host synchronisation);
+    ``fired`` is a boolean scalar tensor. The branch not taken gets a zero gradient.
     """
-    if risk.negative.item() < -beta:
-        return -gamma * risk.negative, True
-    return risk.positive + risk.negative, False
+    fired = risk.negative < -beta
+    objective = torch.where(fired, -gamma * risk.negative, risk.positive + risk.negative)
+    return objective, fired
 
 
 def naive_pn_loss(logits: torch.Tensor, s: torch.Tensor) -> torch.Tensor:

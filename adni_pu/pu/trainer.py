@@ -16,7 +16,14 @@ Self-PU schedule (``config.selfpu``):
 
 Model selection uses the validation split only. Every epoch writes a checkpoint; a run
 resumed from it gives the same result as one that was never interrupted (the random streams
-of an epoch are derived from the seed and the epoch number).
+of an epoch are derived from the seed and the epoch number). ``fit(deadline=...)`` stops at
+an epoch boundary before a time limit (the piecewise benchmark runner uses it).
+
+Speed: tensor data sets (MNIST, CIFAR-10) live on the training device for the whole run and
+batches are gathered by index there; the per-batch layout (which rows are labelled, trusted,
+outside the trusted set) is computed on the host once per epoch from host-side indices, so
+the training loop never waits for the device: statistics stay on the device and are read
+once per epoch, Kiryo's branch is a ``torch.where``.
 """
 
 from __future__ import annotations
@@ -77,6 +84,8 @@ class FitResult:
     best_score: float
     history: list[dict[str, Any]]
     run_dir: Path | None
+    complete: bool = True
+    """False when ``fit`` stopped at its deadline before the last epoch."""
 
 
 def to_device(x: Any, device: torch.device) -> Any:
@@ -95,6 +104,69 @@ def _atomic_torch_save(obj: Any, path: Path) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     torch.save(obj, tmp)
     os.replace(tmp, path)
+
+
+class _OutOfTime(Exception):
+    """Raised inside an epoch that passes the deadline; the epoch's work is dropped."""
+
+
+@dataclass
+class _Layout:
+    """Where the rows of one batch sit, known on the host (indexing with it never syncs)."""
+
+    n: int
+    pos: Any  # rows with s = 1 (a slice, or an index tensor on the device)
+    unl: Any  # rows with s = 0
+    trusted: list[torch.Tensor] = field(default_factory=list)  # per student: D_U rows trusted
+    rest: list[torch.Tensor] = field(default_factory=list)  # per student: D_U rows not trusted
+    outside: list[torch.Tensor] = field(default_factory=list)  # per student: rows not trusted
+
+
+def _rows(mask: np.ndarray) -> slice | np.ndarray:
+    """The positions where ``mask`` holds, as a slice when they are a leading run."""
+    where = np.flatnonzero(mask)
+    if len(where) == 0 or where[-1] == len(where) - 1:
+        return slice(0, len(where))
+    if where[0] == len(mask) - len(where):
+        return slice(int(where[0]), len(mask))
+    return where
+
+
+def _split_positions(masks: np.ndarray, starts: np.ndarray, sizes: list[int],
+                     device: torch.device) -> list[torch.Tensor]:
+    """Per batch, the in-batch positions where the epoch-long ``masks`` hold (one transfer)."""
+    where = np.flatnonzero(masks)
+    batch = np.searchsorted(starts, where, side="right") - 1
+    counts = np.bincount(batch, minlength=len(sizes)).tolist()
+    local = torch.from_numpy(where - starts[batch]).to(device)
+    return list(torch.split(local, counts))
+
+
+def channels_last(model: nn.Module) -> nn.Module:
+    """Channels-last layout (3-D or 2-D, by the model's convolution weights)."""
+    ranks = {p.dim() for p in model.parameters()}
+    if 5 in ranks:
+        return model.to(memory_format=torch.channels_last_3d)
+    if 4 in ranks:
+        return model.to(memory_format=torch.channels_last)
+    return model
+
+
+def to_layout(x: Any, enabled: bool) -> Any:
+    """Channels-last copies of the 4-D / 5-D tensors in ``x`` (when ``enabled``)."""
+    if not enabled:
+        return x
+    if isinstance(x, torch.Tensor):
+        if x.dim() == 4:
+            return x.contiguous(memory_format=torch.channels_last)
+        if x.dim() == 5:
+            return x.contiguous(memory_format=torch.channels_last_3d)
+        return x
+    if isinstance(x, dict):
+        return {k: to_layout(v, enabled) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(to_layout(v, enabled) for v in x)
+    return x
 
 
 def resolve_device(name: str) -> torch.device:
@@ -155,12 +227,18 @@ class Trainer:
         self.students: list[Student] = []
         for k in range(n_students):
             model = self.model_factory().to(self.device)
+            if config.channels_last:
+                model = channels_last(model)
             opt = torch.optim.Adam(model.parameters(), lr=config.lr,
                                    weight_decay=config.weight_decay)
             sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=config.epochs)
             rate = self.sp.rates[k] if config.method == "selfpu" else 0.0
             self.students.append(Student(f"student{k + 1}" if n_students > 1 else "model",
                                          model, opt, sched, rate, prior_rest=self.prior_u))
+        # The training forward of each student (compiled with config.compile).
+        self._train_forward: list[Callable[[Any], torch.Tensor]] = [
+            torch.compile(st.model) if config.compile else st.model for st in self.students]
+        self._resident: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self.history: list[dict[str, Any]] = []
         self.best: dict[str, Any] = {"score": None, "epoch": -1, "candidate": "", "state": None}
         self.start_epoch = 0
@@ -199,18 +277,33 @@ class Trainer:
         u_chunks = np.array_split(u_perm, n_batches)
         return [np.concatenate([p, u]) for p, u in zip(p_chunks, u_chunks)]
 
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """bfloat16 autocast on the training device when ``config.amp`` is on."""
+        if not self.cfg.amp:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=torch.bfloat16)
+
+    def resident(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` on the training device (moved, in the configured layout, once per run)."""
+        key = id(x)
+        if key not in self._resident:
+            self._resident[key] = (x, to_layout(x.to(self.device), self.cfg.channels_last))
+        return self._resident[key][1]
+
     def _iterate(self, x: Any, index_batches: list[np.ndarray]) -> Iterator[Any]:
-        """Yield the inputs of each batch of example indices of one split."""
+        """Yield the inputs of each batch of example indices of one split (on the device)."""
         if isinstance(x, torch.Tensor):
+            on_device = self.resident(x)
             for idx in index_batches:
-                yield x[torch.from_numpy(np.asarray(idx, dtype=np.int64))]
+                yield on_device[torch.from_numpy(np.asarray(idx, dtype=np.int64)).to(self.device)]
             return
         loader = torch.utils.data.DataLoader(
             x, batch_sampler=[list(map(int, b)) for b in index_batches],
             num_workers=self.cfg.num_workers, collate_fn=self.collate,
             pin_memory=self.device.type == "cuda", persistent_workers=False,
         )
-        yield from loader
+        for xb in loader:
+            yield to_layout(to_device(xb, self.device), self.cfg.channels_last)
 
     @torch.no_grad()
     def predict_logits(self, model: nn.Module, split: PUSplit) -> np.ndarray:
@@ -219,11 +312,18 @@ class Trainer:
         model.eval()
         n = len(split)
         x = split.eval_x if split.eval_x is not None else split.x
-        size = self.cfg.eval_batch_size if isinstance(x, torch.Tensor) else self.cfg.batch_size
-        batches = [np.arange(i, min(i + size, n)) for i in range(0, n, size)]
-        out = [model(to_device(xb, self.device)).float().cpu() for xb in self._iterate(x, batches)]
+        out = []
+        with self.autocast():
+            if isinstance(x, torch.Tensor):  # slices of the resident tensor: no copies
+                on_device = self.resident(x)
+                size = self.cfg.eval_batch_size
+                out = [model(on_device[i:i + size]).float() for i in range(0, n, size)]
+            else:
+                size = self.cfg.batch_size
+                batches = [np.arange(i, min(i + size, n)) for i in range(0, n, size)]
+                out = [model(xb).float() for xb in self._iterate(x, batches)]
         model.train(was_training)
-        return torch.cat(out).numpy() if out else np.zeros(0, np.float32)
+        return torch.cat(out).cpu().numpy() if out else np.zeros(0, np.float32)
 
     # ------------------------------------------------------------------ trusted sets
 
@@ -248,75 +348,99 @@ class Trainer:
 
     # ------------------------------------------------------------------ losses
 
-    def _val_batch(self, rng: np.random.Generator) -> tuple[Any, torch.Tensor, torch.Tensor]:
-        """A validation mini-batch for the meta step: half labelled positives, half unlabelled."""
+    def _val_batches(self, rng: np.random.Generator, n_batches: int
+                     ) -> Iterator[tuple[Any, torch.Tensor, torch.Tensor, int]]:
+        """The epoch's validation mini-batches for the meta step (half labelled positives,
+        half unlabelled each: inputs, PU labels, true labels, number of positives).
+
+        All are drawn now, in batch order (the random stream stays that of one draw per
+        batch); indices and labels go to the device at once, inputs are gathered (or
+        loaded) one batch at a time as the iterator is consumed."""
         val = self.data.val
         half = max(self.cfg.batch_size // 2, 1)
         p_all = val.positive_indices()
         u_all = val.unlabelled_indices(self.data.scheme)
-        p = rng.choice(p_all, size=min(half, len(p_all)), replace=False)
-        u = rng.choice(u_all, size=min(half, len(u_all)), replace=False)
-        idx = np.concatenate([p, u])
-        (x,) = list(self._iterate(val.x, [idx]))
-        s = torch.cat([torch.ones(len(p)), torch.zeros(len(u))]).to(self.device)
-        truth = torch.as_tensor(val.truth[idx], dtype=torch.float32, device=self.device)
-        return to_device(x, self.device), s, truth
+        n_p, n_u = min(half, len(p_all)), min(half, len(u_all))
+        draws = []
+        for _ in range(n_batches):
+            p = rng.choice(p_all, size=n_p, replace=False)
+            u = rng.choice(u_all, size=n_u, replace=False)
+            draws.append(np.concatenate([p, u]))
+        if not draws:
+            return iter(())
+        idx = np.concatenate(draws)
+        s = torch.cat([torch.ones(n_p), torch.zeros(n_u)]).to(self.device)
+        truths = torch.as_tensor(val.truth[idx], dtype=torch.float32).to(self.device)
+        truths = torch.split(truths, n_p + n_u)
+        if isinstance(val.x, torch.Tensor):
+            rows = torch.split(torch.from_numpy(idx).to(self.device), n_p + n_u)
+            on_device = self.resident(val.x)
+            xs: Iterator[Any] = (on_device[r] for r in rows)
+        else:
+            xs = self._iterate(val.x, draws)
+        return ((x, s, truth, n_p) for x, truth in zip(xs, truths))
 
     def _meta_objective(self, model: nn.Module, x_val: Any, s_val: torch.Tensor,
-                        truth_val: torch.Tensor) -> calibration.ValidationObjective:
+                        truth_val: torch.Tensor, n_pos: int | None = None
+                        ) -> calibration.ValidationObjective:
+        """The validation objective of the meta step; ``n_pos`` says that the first
+        ``n_pos`` rows are the labelled positives (sliced, so no host sync)."""
         def objective(params: dict[str, torch.Tensor]) -> torch.Tensor:
             logits = calibration.functional_forward(model, params, x_val)
             if self.sp.meta_objective == "pn_ce":
                 return nn.functional.binary_cross_entropy_with_logits(logits, truth_val)
+            if n_pos is not None:
+                return losses.pu_risk(logits[:n_pos], logits[n_pos:], self.prior).unbiased
             return losses.pu_risk(logits[s_val == 1], logits[s_val == 0], self.prior).unbiased
 
         return objective
 
-    def _baseline_loss(self, logits: torch.Tensor, s: torch.Tensor) -> tuple[torch.Tensor, dict]:
+    def _baseline_loss(self, logits: torch.Tensor, s: torch.Tensor, lay: _Layout
+                       ) -> tuple[torch.Tensor, dict[str, Any]]:
         method = self.cfg.method
         if method == "naive":
             loss = losses.naive_pn_loss(logits, s)
-            return loss, {"loss": loss.item()}
-        risk = losses.pu_risk(logits[s == 1], logits[s == 0], self.prior, self.prior_u)
+            return loss, {"loss": loss.detach().double()}
+        risk = losses.pu_risk(logits[lay.pos], logits[lay.unl], self.prior, self.prior_u)
         if method == "upu":
-            return risk.unbiased, {"loss": risk.unbiased.item()}
+            return risk.unbiased, {"loss": risk.unbiased.detach().double()}
         objective, fired = losses.nnpu_step_objective(risk, self.cfg.beta, self.cfg.gamma)
-        return objective, {"loss": risk.non_negative.item(), "nn_correction": float(fired)}
+        return objective, {"loss": risk.non_negative.detach().double(),
+                           "nn_correction": fired.double()}
 
     def _student_loss(
         self,
-        st: Student,
+        k: int,
         logits: torch.Tensor,
         other_logits: torch.Tensor | None,
         x: Any,
         s: torch.Tensor,
-        idx: np.ndarray,
+        idx: torch.Tensor,
+        lay: _Layout,
         epoch: float,
         phase: int,
-        meta: tuple[Any, torch.Tensor, torch.Tensor] | None,
-        member: tuple[torch.Tensor, torch.Tensor],
-    ) -> tuple[torch.Tensor, dict[str, float]]:
+        meta: tuple[Any, torch.Tensor, torch.Tensor, int] | None,
+        member_target: torch.Tensor,
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
+        """Self-PU loss of student ``k``; statistics are device tensors or host floats."""
         if phase == 1:
-            return self._baseline_loss(logits, s)
+            return self._baseline_loss(logits, s, lay)
+        st = self.students[k]
         sp = self.sp
-        n = logits.numel()
-        idx_t = torch.from_numpy(idx).to(self.device)
-        is_member, target = member[0][idx_t], member[1][idx_t]
-        trusted = (s == 0) & is_member
-        rest_u = (s == 0) & ~trusted
-        pos = s == 1
-        stats: dict[str, float] = {}
-        n_trusted = int(trusted.sum())
+        n = lay.n
+        trusted, rest_u = lay.trusted[k], lay.rest[k]
+        n_trusted, n_rest = len(trusted), len(rest_u)
+        stats: dict[str, Any] = {}
         if n_trusted:
             t_logits = logits[trusted]
             if sp.labels == "entropy":
                 ce = losses.entropy(t_logits).mean()
             else:
-                ce = losses.soft_cross_entropy(t_logits, target[trusted]).mean()
+                ce = losses.soft_cross_entropy(t_logits, member_target[idx[trusted]]).mean()
         else:
             ce = logits.sum() * 0.0
         u_logits = logits[rest_u]
-        reweight = sp.reweight and (phase == 2 or sp.reweight_in_phase3) and u_logits.numel() > 0
+        reweight = sp.reweight and (phase == 2 or sp.reweight_in_phase3) and n_rest > 0
         entropy_term = logits.sum() * 0.0
         weights_u = None
         if reweight and meta is not None:
@@ -327,110 +451,168 @@ class Trainer:
                 n, sp.meta_ce_cap, sp.meta_sign_flip,
             )
             weights_u = w.pu
-            entropy_term = (w.ce * h).sum() / u_logits.numel()
+            entropy_term = (w.ce * h).sum() / n_rest
             stats.update(w.stats())
-        risk = losses.pu_risk(logits[pos], u_logits, st.prior_rest, weights_u=weights_u)
+        risk = losses.pu_risk(logits[lay.pos], u_logits, st.prior_rest, weights_u=weights_u)
         pu_obj, fired = losses.nnpu_step_objective(risk, self.cfg.beta, self.cfg.gamma)
         frac = n_trusted / n
         loss = frac * ce + (1.0 - frac) * (pu_obj + entropy_term)
-        stats.update({"trusted_ce": ce.item(), "nnpu": risk.non_negative.item(),
-                      "nn_correction": float(fired), "trusted_in_batch": frac})
+        stats.update({"trusted_ce": ce.detach().double(),
+                      "nnpu": risk.non_negative.detach().double(),
+                      "nn_correction": fired.double(), "trusted_in_batch": frac})
         if phase == 3:
-            loss = loss + self._distillation(st, logits, other_logits, x, s, trusted,
+            loss = loss + self._distillation(st, logits, other_logits, x, s, lay.outside[k],
                                              pu_obj, epoch, stats)
-        stats["loss"] = loss.item()
+        stats["loss"] = loss.detach().double()
         return loss, stats
 
     def _distillation(self, st: Student, logits: torch.Tensor, other: torch.Tensor | None,
-                      x: Any, s: torch.Tensor, trusted: torch.Tensor, pu_obj: torch.Tensor,
-                      epoch: float, stats: dict[str, float]) -> torch.Tensor:
+                      x: Any, s: torch.Tensor, outside: torch.Tensor, pu_obj: torch.Tensor,
+                      epoch: float, stats: dict[str, Any]) -> torch.Tensor:
         sp = self.sp
         extra = logits.sum() * 0.0
         prob = torch.sigmoid(logits)
+        n_out = len(outside)
         if other is not None and sp.student_consistency != "none":
-            outside = ~trusted
             mse = (prob[outside] - torch.sigmoid(other[outside]).detach()) ** 2
             if sp.student_consistency == "per_example":
                 sign = torch.where(s[outside] == 1, 1.0, -1.0)
                 pu_each = losses.sigmoid_loss(logits[outside], sign).detach()
                 hard = pu_each > sp.alpha * mse.detach()
-                l_st = (mse * hard).sum() / max(int(outside.sum()), 1)
-                stats["hard_fraction"] = float(hard.float().mean()) if hard.numel() else 0.0
+                l_st = (mse * hard).sum() / max(n_out, 1)
+                stats["hard_fraction"] = hard.float().mean().double() if n_out else 0.0
             else:
-                batch_mse = mse.mean() if mse.numel() else extra
-                gate = batch_mse.item() < sp.batch_gate * abs(pu_obj.item())
-                l_st = batch_mse if gate else extra
-                stats["hard_fraction"] = float(gate)
-            stats["student_consistency"] = float(l_st.item())
+                batch_mse = mse.mean() if n_out else extra
+                # compared in float64, as the value read on the host was before
+                gate = (batch_mse.detach().double()
+                        < sp.batch_gate * pu_obj.detach().double().abs())
+                l_st = torch.where(gate, batch_mse, extra)
+                stats["hard_fraction"] = gate.double()
+            stats["student_consistency"] = l_st.detach().double()
             extra = extra + sp.student_weight * l_st
         if st.teacher is not None:
             l_t = teacher_consistency(logits, st.teacher.model, x)
             weight = sp.teacher_weight * sigmoid_rampup(epoch - sp.self_paced_end,
                                                         sp.teacher_rampup_epochs)
-            stats["teacher_consistency"] = float(l_t.item())
+            stats["teacher_consistency"] = l_t.detach().double()
             stats["teacher_weight"] = weight
             extra = extra + weight * l_t
         return extra
 
     # ------------------------------------------------------------------ one epoch
 
-    def train_epoch(self, epoch: int) -> dict[str, Any]:
-        """One pass over the training entries; returns the epoch's mean statistics."""
+    def _layouts(self, batches: list[np.ndarray], members: list[np.ndarray], phase: int
+                 ) -> list[_Layout]:
+        """Row layout of every batch of the epoch, built on the host from the entry indices."""
+        sizes = [len(b) for b in batches]
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        order = np.concatenate(batches) if batches else np.zeros(0, np.int64)
+        s_all = self.entry_s[order]
+        layouts = []
+        for b, start in enumerate(starts):
+            s_b = s_all[start:start + sizes[b]]
+            pos, unl = _rows(s_b == 1), _rows(s_b == 0)
+            layouts.append(_Layout(sizes[b], *(
+                r if isinstance(r, slice) else torch.from_numpy(r).to(self.device)
+                for r in (pos, unl))))
+        if phase >= 2:
+            in_u = s_all == 0
+            for member in members:
+                trusted = in_u & member[self.entry_base[order]]
+                for key, mask in (("trusted", trusted), ("rest", in_u & ~trusted),
+                                  ("outside", ~trusted)):
+                    parts = _split_positions(mask, starts, sizes, self.device)
+                    for lay, part in zip(layouts, parts):
+                        getattr(lay, key).append(part)
+        return layouts
+
+    def _train_batches(self, batches: list[np.ndarray], epoch: int
+                       ) -> Iterator[tuple[Any, torch.Tensor, torch.Tensor]]:
+        """Inputs, PU labels and example indices of each batch, gathered on the device."""
+        x = self.data.train.x
+        sizes = [len(b) for b in batches]
+        order = np.concatenate(batches) if batches else np.zeros(0, np.int64)
+        s_all = torch.split(torch.from_numpy(self.entry_s[order]).to(self.device), sizes)
+        idx_all = torch.split(torch.from_numpy(self.entry_base[order]).to(self.device), sizes)
+        if not isinstance(x, torch.Tensor):
+            inputs: Iterator[Any] = self._iterate(x, [self.entry_base[b] for b in batches])
+            yield from zip(inputs, s_all, idx_all)
+            return
+        on_device = self.resident(x)
+        augment = self.cfg.augment == "crop-flip"
+        if augment:
+            from adni_pu.data.benchmarks import crop_flip
+
+            gen = torch.Generator(device=self.device)
+            gen.manual_seed(self.cfg.seed * 1_000_003 + epoch)
+        for s, idx in zip(s_all, idx_all):
+            xb = on_device[idx]
+            if augment:
+                xb = to_layout(crop_flip(xb, self.cfg.crop_padding, gen),
+                                self.cfg.channels_last)
+            yield xb, s, idx
+
+    def train_epoch(self, epoch: int, deadline: float | None = None) -> dict[str, Any]:
+        """One pass over the training entries; returns the epoch's mean statistics.
+
+        With a ``deadline`` (``time.monotonic()`` seconds) the epoch stops with
+        :class:`_OutOfTime` once the deadline passes; the run folder keeps the last epoch.
+        """
         phase = self.phase(epoch)
         rng = np.random.default_rng([self.cfg.seed, epoch])
         torch.manual_seed(self.cfg.seed * 100_003 + epoch)
         if phase == 3 and self.sp.teachers and self.students[0].teacher is None:
             for st in self.students:
                 st.teacher = MeanTeacher(st.model, self.sp.teacher_average, self.sp.ema_decay)
-        members = []
-        for st in self.students:
-            m, t = st.trusted.membership(len(self.data.train))
-            members.append((torch.from_numpy(m).to(self.device), torch.from_numpy(t).to(self.device)))
+        n_train = len(self.data.train)
+        memberships = [st.trusted.membership(n_train) for st in self.students]
+        targets = [torch.from_numpy(t).to(self.device) for _, t in memberships]
         for st in self.students:
             st.model.train()
         batches = self._epoch_batches(rng)
         if self.ddp is not None:  # this rank's share of the epoch's batches
             batches = self.ddp.shard(batches, epoch)
-        sums: dict[str, float] = {}
-        counts: dict[str, int] = {}
         needs_meta = (self.cfg.method == "selfpu" and self.sp.reweight
                       and (phase == 2 or (phase == 3 and self.sp.reweight_in_phase3)))
+        metas = (self._val_batches(rng, len(batches)) if needs_meta
+                 else iter([None] * len(batches)))
+        layouts = self._layouts(batches, [m for m, _ in memberships], phase)
+        values: dict[str, list[Any]] = {}
         progress = _progress(len(batches), f"epoch {epoch + 1}/{self.cfg.epochs}",
                              self.cfg.progress)
-        base_batches = [self.entry_base[b] for b in batches]
-        for b, (entries, xb) in enumerate(zip(batches, self._iterate(self.data.train.x, base_batches))):
-            x = to_device(xb, self.device)
-            s = torch.from_numpy(self.entry_s[entries]).to(self.device)
-            idx = self.entry_base[entries]
-            meta = self._val_batch(rng) if needs_meta else None
-            if self.ddp is not None:
-                logits = [self.ddp.forward(k, x) for k in range(len(self.students))]
-            else:
-                logits = [st.model(x) for st in self.students]
+        data = self._train_batches(batches, epoch)
+        for b, ((x, s, idx), lay, meta) in enumerate(zip(data, layouts, metas)):
+            if deadline is not None and time.monotonic() > deadline:
+                progress.close()
+                raise _OutOfTime
+            with self.autocast():
+                if self.ddp is not None:
+                    logits = [self.ddp.forward(k, x) for k in range(len(self.students))]
+                else:
+                    logits = [fwd(x).float() for fwd in self._train_forward]
             frac_epoch = epoch + b / len(batches)
             for k, st in enumerate(self.students):
                 other = logits[1 - k].detach() if len(self.students) == 2 else None
-                if self.cfg.method == "selfpu":
-                    loss, stats = self._student_loss(st, logits[k], other, x, s, idx, frac_epoch,
-                                                     phase, meta, members[k])
-                else:
-                    loss, stats = self._baseline_loss(logits[k], s)
+                with self.autocast():
+                    if self.cfg.method == "selfpu":
+                        loss, stats = self._student_loss(k, logits[k], other, x, s, idx, lay,
+                                                         frac_epoch, phase, meta, targets[k])
+                    else:
+                        loss, stats = self._baseline_loss(logits[k], s, lay)
                 st.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 st.optimizer.step()
                 if st.teacher is not None:
                     st.teacher.update(st.model)
                 for key, value in stats.items():
-                    name = f"{st.name}/{key}"
-                    sums[name] = sums.get(name, 0.0) + float(value)
-                    counts[name] = counts.get(name, 0) + 1
+                    values.setdefault(f"{st.name}/{key}", []).append(value)
             progress.update(1)
         progress.close()
         if self.ddp is not None:  # BatchNorm statistics: the mean over ranks
             self.ddp.sync_buffers(self)
         for st in self.students:
             st.scheduler.step()
-        return {k: sums[k] / counts[k] for k in sums}
+        return _epoch_means(values)
 
     # ------------------------------------------------------------------ evaluation
 
@@ -516,13 +698,30 @@ class Trainer:
 
     # ------------------------------------------------------------------ the loop
 
-    def fit(self) -> FitResult:
-        """Train for ``config.epochs`` epochs (resuming from the run folder's checkpoint)."""
+    def fit(self, deadline: float | None = None, finish_first_epoch: bool = True) -> FitResult:
+        """Train for ``config.epochs`` epochs (resuming from the run folder's checkpoint).
+
+        ``deadline`` (a ``time.monotonic()`` value) makes this a piece of a longer run: an
+        epoch starts only if the longest earlier epoch of its phase fits before the
+        deadline, and an epoch that passes it is dropped. With ``finish_first_epoch`` the
+        first epoch of this call is exempt, so every piece makes progress. The checkpoint
+        then holds the last finished epoch and the result says ``complete=False``; fitting
+        again resumes. Not with distributed training (ranks could stop at different
+        batches).
+        """
+        if deadline is not None and self.ddp is not None:
+            raise ValueError("fit(deadline=...) is not supported with distributed training")
         self._maybe_resume()  # first: a refused resume must not rewrite the run's files
         self._prepare_run_dir()
         if self.ddp is not None:
             self.ddp.wrap(self)
+        first = self.start_epoch
+        complete = True
         for epoch in range(self.start_epoch, self.cfg.epochs):
+            exempt = finish_first_epoch and epoch == first
+            if deadline is not None and not exempt and not self._fits(epoch, deadline):
+                complete = False
+                break
             t0 = time.perf_counter()
             row: dict[str, Any] = {"epoch": epoch, "phase": self.phase(epoch),
                                    "lr": self.students[0].optimizer.param_groups[0]["lr"]}
@@ -535,7 +734,11 @@ class Trainer:
                         self.data.train.truth)
                     row[f"trusted/{st.name}/prior_rest"] = st.prior_rest
             t_select = time.perf_counter() - t0
-            stats = self.train_epoch(epoch)
+            try:
+                stats = self.train_epoch(epoch, None if exempt else deadline)
+            except _OutOfTime:
+                complete = False
+                break
             t_train = time.perf_counter() - t0
             row.update({f"train/{k}": v for k, v in stats.items()})
             row.update(self.evaluate_epoch(epoch))
@@ -545,9 +748,22 @@ class Trainer:
             self.history.append(row)
             self._log_epoch(row)
             self._checkpoint(epoch)
-        self._finish()
+        if complete:
+            self._finish()
+        else:
+            self.log(f"stopped at the time limit after epoch {len(self.history)}/"
+                     f"{self.cfg.epochs}; fit again to continue from the checkpoint")
         return FitResult(self.best["epoch"], self.best["candidate"], self.best["score"] or
-                         float("nan"), self.history, self.run_dir)
+                         float("nan"), self.history, self.run_dir, complete)
+
+    def _fits(self, epoch: int, deadline: float) -> bool:
+        """Whether the next epoch is expected to end before ``deadline``: the longest epoch
+        of the same phase so far (with selection and evaluation) must fit."""
+        phase = self.phase(epoch)
+        seen = [r["time/epoch_seconds"] for r in self.history if r["phase"] == phase]
+        if not seen:
+            return time.monotonic() < deadline
+        return time.monotonic() + max(seen) < deadline
 
     # ------------------------------------------------------------------ run folder
 
@@ -585,6 +801,9 @@ class Trainer:
             "history": self.history,
             "best": self.best,
         }
+        if self.cfg.checkpoint_precision == "bfloat16":
+            state["students"] = _half_size(state["students"])
+            state["best"] = {**self.best, "state": _half_size(self.best["state"])}
         _atomic_torch_save(state, self.run_dir / "checkpoints" / "last.pt")
 
     def check_resume(self) -> dict[str, Any] | None:
@@ -674,10 +893,42 @@ class Trainer:
         plot_training(self.history, self.run_dir, self.cfg.val_criterion)
 
 
+def _epoch_means(values: dict[str, list[Any]]) -> dict[str, float]:
+    """Mean of each statistic over the epoch's batches, read from the device in one go.
+
+    Values are summed in batch order in float64 on the host, exactly as the per-batch reads
+    of earlier versions did, so metrics.csv keeps its numbers.
+    """
+    tensors = [v for vals in values.values() for v in vals if isinstance(v, torch.Tensor)]
+    read = iter(torch.stack(tensors).cpu().tolist()) if tensors else iter(())
+    means = {}
+    for key, vals in values.items():
+        total = 0.0
+        for v in vals:
+            total += next(read) if isinstance(v, torch.Tensor) else float(v)
+        means[key] = total / len(vals)
+    return means
+
+
 def _average_logits(logits: list[np.ndarray]) -> np.ndarray:
     p = np.mean([1.0 / (1.0 + np.exp(-lg)) for lg in logits], axis=0)
     p = np.clip(p, 1e-7, 1 - 1e-7)
     return np.log(p / (1 - p))
+
+
+def _half_size(obj: Any) -> Any:
+    """A copy of ``obj`` with every floating tensor of more than one element in bfloat16.
+
+    Scalars (Adam's step counters) keep their precision; loading casts back to the
+    parameters' dtype (``load_state_dict`` of modules and optimisers does).
+    """
+    if isinstance(obj, torch.Tensor):
+        return obj.to(torch.bfloat16) if obj.is_floating_point() and obj.numel() > 1 else obj
+    if isinstance(obj, dict):
+        return {k: _half_size(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_half_size(v) for v in obj)
+    return obj
 
 
 def _cpu_state(model: nn.Module) -> dict[str, torch.Tensor]:
