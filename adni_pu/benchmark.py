@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from adni_pu import config as cfgmod
+from adni_pu.errors import ConfigError
 from adni_pu.provenance import machine_description, package_versions
 from adni_pu.pu.metrics import summarise
 
@@ -209,9 +210,9 @@ def run_benchmark(spec: BenchmarkSpec, results_json: Path | None = None,
     start = time.monotonic()
     deadline = None if spec.time_limit is None else start + 60.0 * spec.time_limit
     if spec.time_limit is not None and spec.time_limit <= 0:
-        raise ValueError(f"time limit {spec.time_limit} minutes: expected a positive number")
+        raise ConfigError(f"time limit {spec.time_limit} minutes: expected a positive number")
     if spec.dataset not in DATA_NAMES:
-        raise ValueError(f"benchmark {spec.dataset!r}: expected one of {sorted(DATA_NAMES)}")
+        raise ConfigError(f"benchmark {spec.dataset!r}: expected one of {sorted(DATA_NAMES)}")
     spec.out.mkdir(parents=True, exist_ok=True)
     cache = spec.out / ".cache"
     command = command or " ".join(["adni-pu", *sys.argv[1:]])

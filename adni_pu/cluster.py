@@ -24,14 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from adni_pu.errors import ClusterError
 from adni_pu.preprocessing.config import PreprocessConfig
 
 # the merge is light: a few CSV files
 MERGE_PARAMS: dict[str, Any] = {"timeout_min": 30, "cpus_per_task": 1, "mem_gb": 4}
-
-
-class ClusterError(RuntimeError):
-    """A submission that cannot work as asked (bad shard count, missing shard summaries)."""
 
 
 @dataclass

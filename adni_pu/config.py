@@ -19,11 +19,9 @@ from typing import Any, TypeVar
 
 import tomllib
 
+from adni_pu.errors import ConfigError
+
 T = TypeVar("T")
-
-
-class ConfigError(ValueError):
-    """A settings file or override that cannot be used."""
 
 
 def _type_name(tp: Any) -> str:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from adni_pu import config as cfgmod
+from adni_pu.errors import ConfigError, OutputError
 
 # Preprocessing settings for small synthetic heads, from docs/preprocessing.md.
 FAST_PREPROCESSING: tuple[str, ...] = (
@@ -62,16 +63,16 @@ class DemoSettings:
 
     def __post_init__(self) -> None:
         if self.preprocessing not in ("real", "ideal"):
-            raise ValueError(f"preprocessing: expected 'real' or 'ideal', found "
+            raise ConfigError(f"preprocessing: expected 'real' or 'ideal', found "
                              f"{self.preprocessing!r}")
         if self.subjects < 12:
-            raise ValueError(f"subjects={self.subjects}: the demo needs at least 12 (train, "
+            raise ConfigError(f"subjects={self.subjects}: the demo needs at least 12 (train, "
                              "val and test each need labelled and unlabelled subjects)")
         from adni_pu.pu.config import PRESETS
 
         unknown = [m for m in self.methods if m not in PRESETS]
         if not self.methods or unknown:
-            raise ValueError(f"methods: expected training presets from {sorted(PRESETS)}, "
+            raise ConfigError(f"methods: expected training presets from {sorted(PRESETS)}, "
                              f"found {list(self.methods)}")
         self.out = Path(self.out)
 
@@ -103,7 +104,7 @@ def generate_stage(out: Path, settings: DemoSettings, log: Callable[[str], None]
         if (synth_dir / "demo_cohort.json").is_file() else {}
     if made != wanted:
         differ = sorted(k for k in wanted if made.get(k) != wanted[k]) if made else ["all"]
-        raise ValueError(f"{synth_dir}: holds a synthetic cohort made with other settings "
+        raise OutputError(f"{synth_dir}: holds a synthetic cohort made with other settings "
                          f"(differing: {', '.join(differ)}; wanted subjects={settings.subjects}, "
                          f"seed={settings.seed}); choose another --out or remove it")
     log(f"[1/5] synthetic cohort already in {synth_dir}")

@@ -41,9 +41,7 @@ import numpy as np
 import torch
 from torch import nn
 
-
-class DistributedError(RuntimeError):
-    """A setting or a problem size that multi-process training cannot honour."""
+from adni_pu.errors import DistributedError
 
 
 def world_size_from_env() -> int:

@@ -40,14 +40,11 @@ import numpy as np
 
 from adni_pu import config as cfgmod
 from adni_pu.data.volumes import VolumeDataConfig
+from adni_pu.errors import ConfigError, VolumeRunError
 from adni_pu.pu.config import TrainConfig
 
 VOLUME_CONFIG_NAME = "volume_config.toml"
 METRICS = ("accuracy", "balanced_accuracy", "auc", "sensitivity", "specificity")
-
-
-class VolumeRunError(ValueError):
-    """Settings, a manifest or a run folder that cannot be used (the message says why)."""
 
 
 def _default_train() -> TrainConfig:
@@ -77,25 +74,25 @@ class VolumeTrainConfig:
 
     def __post_init__(self) -> None:
         if isinstance(self.prior, str) and self.prior != "cohort":
-            raise ValueError(f"prior: expected a number in (0, 1) or 'cohort', found "
+            raise ConfigError(f"prior: expected a number in (0, 1) or 'cohort', found "
                              f"{self.prior!r}")
         if not isinstance(self.prior, str) and not 0.0 < float(self.prior) < 1.0:
-            raise ValueError(f"prior: expected a number in (0, 1), found {self.prior}")
+            raise ConfigError(f"prior: expected a number in (0, 1), found {self.prior}")
         if self.scheme not in ("censoring", "case-control"):
-            raise ValueError(f"scheme: expected 'censoring' or 'case-control', found "
+            raise ConfigError(f"scheme: expected 'censoring' or 'case-control', found "
                              f"{self.scheme!r}")
         if self.train.model != "cnn3d" and not self.train.model_args:
-            raise ValueError(f"train.model={self.train.model!r}: volumes need 'cnn3d' (or a "
+            raise ConfigError(f"train.model={self.train.model!r}: volumes need 'cnn3d' (or a "
                              "model taking the brain/hipp_l/hipp_r dict, with model_args)")
         if self.bootstrap < 0:
-            raise ValueError(f"bootstrap: expected >= 0, found {self.bootstrap}")
+            raise ConfigError(f"bootstrap: expected >= 0, found {self.bootstrap}")
         if self.train.model == "cnn3d":  # the network's input sizes follow the pipeline's
             args = self.train.model_args
             args.setdefault("brain_size", list(self.data.brain_size))
             args.setdefault("hipp_size", list(self.data.hipp_size))
             if list(args["brain_size"]) != list(self.data.brain_size) or \
                     list(args["hipp_size"]) != list(self.data.hipp_size):
-                raise ValueError(
+                raise ConfigError(
                     f"train.model_args brain_size={args['brain_size']}, hipp_size="
                     f"{args['hipp_size']} differ from data.brain_size={list(self.data.brain_size)}"
                     f", data.hipp_size={list(self.data.hipp_size)}; set only the data sizes")
@@ -162,7 +159,6 @@ def _one_prior(cfg: VolumeTrainConfig, prior_given: bool, where: str) -> VolumeT
         return replace(cfg, prior=alias, train=replace(cfg.train, prior=None))
     except ValueError as exc:
         raise cfgmod.ConfigError(f"{where}: {exc}") from exc
-
 
 
 # --------------------------------------------------------------------------- manifest

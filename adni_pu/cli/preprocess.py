@@ -47,8 +47,7 @@ def register(app: typer.Typer) -> None:
             help="Show a progress bar."),
     ) -> None:
         """Preprocess T1 scans: N4, skull strip, MNI registration, cerebellum removal, QC."""
-        from adni_pu.config import ConfigError
-        from adni_pu.preprocessing import ScanError, load_config, run_preprocessing
+        from adni_pu.preprocessing import load_config, run_preprocessing
         from adni_pu.preprocessing.runner import PreprocessInterrupted
 
         try:
@@ -56,9 +55,6 @@ def register(app: typer.Typer) -> None:
             summary = run_preprocessing(
                 input, output, cfg, workers=workers, threads_per_worker=threads, shard=shard,
                 dask_scheduler=dask_scheduler, progress=progress)
-        except (ConfigError, ScanError, ValueError) as exc:
-            typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(2) from exc
         except PreprocessInterrupted as stop:
             typer.echo(f"error: {stop}", err=True)
             raise typer.Exit(stop.exit_code) from None
@@ -85,11 +81,7 @@ def register(app: typer.Typer) -> None:
         """Contact sheet of all QC pictures, outliers first; prints the outliers."""
         from adni_pu.preprocessing import contact_sheet
 
-        try:
-            png, outliers = contact_sheet(output, out_png, z_threshold)
-        except FileNotFoundError as exc:
-            typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(2) from exc
+        png, outliers = contact_sheet(output, out_png, z_threshold)
         typer.echo(f"contact sheet: {png}")
         typer.echo(f"{len(outliers)} outlier(s)")
         for r in outliers:

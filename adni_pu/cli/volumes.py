@@ -18,23 +18,6 @@ Sets = sets_option("train.epochs=20 --set prior=0.45")
 Device = Annotated[str, typer.Option(help="auto, cpu or cuda")]
 
 
-def _fail(exc: BaseException, code: int = 2) -> typer.Exit:
-    typer.echo(f"error: {exc}", err=True)
-    return typer.Exit(code)
-
-
-def _known_errors() -> tuple[type[BaseException], ...]:
-    from adni_pu.cohort import CohortInputError, LeakageError
-    from adni_pu.config import ConfigError
-    from adni_pu.data.pu import PUConstructionError
-    from adni_pu.distributed import DistributedError
-    from adni_pu.pu.trainer import ResumeError
-    from adni_pu.volume_run import VolumeRunError
-
-    return (ConfigError, CohortInputError, LeakageError, PUConstructionError, ResumeError,
-            VolumeRunError, DistributedError, FileNotFoundError, ValueError)
-
-
 def train(
     manifest: Annotated[Optional[Path], typer.Argument(  # noqa: UP045
         metavar="MANIFEST", show_default=False,
@@ -61,11 +44,8 @@ def train(
 
     manifest = positional_path(manifest, manifest_opt, "MANIFEST", "--manifest")
     out = positional_path(run, out_opt, "RUN", "--out")
-    try:
-        cfg = load_volume_config(config, set_ or [], preset)
-        fit = train_volumes(manifest, cfg, out)
-    except _known_errors() as exc:
-        raise _fail(exc) from exc
+    cfg = load_volume_config(config, set_ or [], preset)
+    fit = train_volumes(manifest, cfg, out)
     import os
 
     if os.environ.get("RANK", "0") != "0":  # under torchrun only rank 0 reports
@@ -90,10 +70,7 @@ def evaluate(
     """Accuracy, balanced accuracy, AUC, sensitivity, specificity with 95 % CIs; ROC plot."""
     from adni_pu.volume_run import METRICS, evaluate_run, format_ci
 
-    try:
-        result = evaluate_run(run, split, manifest, device=device, n_boot=bootstrap)
-    except _known_errors() as exc:
-        raise _fail(exc) from exc
+    result = evaluate_run(run, split, manifest, device=device, n_boot=bootstrap)
     typer.echo(f"{split}: {result['n_subjects']} subjects, {result['n_scans']} scans "
                f"({result['n_subjects_unknown_truth']} subjects without truth left out)")
     typer.echo(f"{'metric':20s} {'per scan':28s} per subject")
@@ -120,10 +97,7 @@ def predict(
     """Per-scan probability of amyloid positivity from the run's selected model."""
     from adni_pu.volume_run import predict_scans
 
-    try:
-        table = predict_scans(run, scans, out, work_dir, device)
-    except _known_errors() as exc:
-        raise _fail(exc) from exc
+    table = predict_scans(run, scans, out, work_dir, device)
     for row in table.itertuples():
         if row.model_input:
             typer.echo(f"{row.scan}\t{row.probability:.4f}\t{row.prediction}\t({row.status})")
@@ -155,15 +129,12 @@ def demo(
     """Synthetic cohort -> preprocess -> cohort -> train Self-PU and baselines -> report."""
     from adni_pu.demo import run_demo
 
-    try:
-        settings = DemoSettings(subjects=subjects, out=out, preprocessing=preprocessing,
-                                epochs=epochs, methods=tuple(m.strip() for m in
-                                                             methods.split(",") if m.strip()),
-                                seed=seed, workers=workers, threads=threads,
-                                overrides=tuple(set_ or []))
-        report = run_demo(settings, log=lambda m: typer.echo(m, err=True))
-    except _known_errors() as exc:
-        raise _fail(exc) from exc
+    settings = DemoSettings(subjects=subjects, out=out, preprocessing=preprocessing,
+                            epochs=epochs, methods=tuple(m.strip() for m in
+                                                         methods.split(",") if m.strip()),
+                            seed=seed, workers=workers, threads=threads,
+                            overrides=tuple(set_ or []))
+    report = run_demo(settings, log=lambda m: typer.echo(m, err=True))
     typer.echo(f"report: {report}")
 
 

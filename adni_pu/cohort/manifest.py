@@ -31,9 +31,10 @@ from adni_pu.cohort.amyloid import (
 from adni_pu.cohort.config import CohortConfig
 from adni_pu.cohort.labels import label_subjects
 from adni_pu.cohort.matching import attach_visits, clinical_measures, match_amyloid, match_visits
-from adni_pu.cohort.quality import CohortInputError, QualityReport
+from adni_pu.cohort.quality import QualityReport
 from adni_pu.cohort.splits import assign_splits, check_manifest_splits
 from adni_pu.cohort.tables import _missing, apply, is_rid, load_clinical, load_scans
+from adni_pu.errors import CohortInputError, OutputError
 
 #: Manifest columns, in order (docs/cohort.md describes each).
 MANIFEST_COLUMNS: tuple[str, ...] = (
@@ -392,10 +393,19 @@ def write_cohort(cohort: Cohort, out_dir: str | Path, render: bool = True) -> di
     ``excluded.csv``, ``quality.csv``, ``cohort_config.toml``, ``cohort.json`` and, with
     ``render``, ``cohort_report.md`` with ``suvr_histogram.png``.
     """
-    from adni_pu.provenance import provenance
 
     out_dir = Path(out_dir)
     check_out_dir(out_dir)
+    try:
+        return _write_cohort_files(cohort, out_dir, render)
+    except OSError as exc:
+        raise OutputError(f"output folder {out_dir}: cannot write the cohort files ({exc})"
+                          ) from exc
+
+
+def _write_cohort_files(cohort: Cohort, out_dir: Path, render: bool) -> dict[str, Path]:
+    from adni_pu.provenance import provenance
+
     out_dir.mkdir(parents=True, exist_ok=True)
     cfg = cohort.config
     manifest = _paths_for_output(cohort.manifest, out_dir, cfg.output.scan_paths)

@@ -22,13 +22,11 @@ from pathlib import Path
 
 import numpy as np
 
+from adni_pu.errors import ScanError
+
 from .config import DiscoverySettings, ValidationSettings
 
 NIFTI_SUFFIXES = (".nii", ".nii.gz")
-
-
-class ScanError(ValueError):
-    """A scan that cannot be read or is not a plausible T1 volume."""
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from adni_pu import config as cfgmod
+from adni_pu.errors import ConfigError, OutputError, ShardMergeError
 
 from .config import PreprocessConfig, settings_hash
 from .io import Scan, discover
@@ -61,18 +62,14 @@ class PreprocessInterrupted(KeyboardInterrupt):
                 f"{self.total} scans finished, the rest were cancelled{where}")
 
 
-class OutputError(ValueError):
-    """The output path cannot be used as the output folder."""
-
-
 def parse_shard(text: str) -> tuple[int, int]:
     """``"i/N"`` -> (i, N) with 1 <= i <= N (cluster array jobs count from 1)."""
     match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text or "")
     if not match:
-        raise ValueError(f"shard {text!r}: expected i/N, e.g. 2/10")
+        raise ConfigError(f"shard {text!r}: expected i/N, e.g. 2/10")
     i, n = int(match.group(1)), int(match.group(2))
     if not 1 <= i <= n:
-        raise ValueError(f"shard {text!r}: expected 1 <= i <= N, found i={i}, N={n}")
+        raise ConfigError(f"shard {text!r}: expected 1 <= i <= N, found i={i}, N={n}")
     return i, n
 
 
@@ -329,10 +326,6 @@ def _run_dask(scans: list[Scan], output: Path, config: PreprocessConfig, client:
     finally:
         if own:
             client.close()
-
-
-class ShardMergeError(ValueError):
-    """Shard summaries that cannot be merged (a shard missing, a foreign file)."""
 
 
 def shard_summary_path(output: str | Path, i: int, n: int) -> Path:

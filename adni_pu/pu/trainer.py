@@ -46,6 +46,7 @@ from torch import nn
 
 from adni_pu import config as cfgmod
 from adni_pu.data.pu import PUData, PUSplit
+from adni_pu.errors import ResumeError
 from adni_pu.provenance import provenance
 from adni_pu.pu import calibration, losses
 from adni_pu.pu.config import TrainConfig
@@ -55,10 +56,6 @@ from adni_pu.pu.trusted_set import TrustedSet, select_trusted_set, target_size
 
 ModelFactory = Callable[[], nn.Module]
 LOWER_IS_BETTER = {"pu_risk": True, "pu_zero_one": True, "pu_auc": False, "pn_accuracy": False}
-
-
-class ResumeError(RuntimeError):
-    """A checkpoint that does not belong to this run's settings."""
 
 
 @dataclass
