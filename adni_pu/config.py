@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import tempfile
 import types
 import typing
 from pathlib import Path
@@ -20,6 +18,7 @@ from typing import Any, TypeVar
 import tomllib
 
 from adni_pu.errors import ConfigError
+from adni_pu.fileio import atomic_write_text
 
 T = TypeVar("T")
 
@@ -216,19 +215,6 @@ def dumps_toml(data: dict[str, Any], _prefix: str = "") -> str:
     return out.strip() + "\n"
 
 
-def atomic_write_text(path: str | Path, text: str) -> Path:
-    """Write ``text`` to ``path`` through a temporary file in the same folder, then rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
 
 
 def save(obj: Any, path: str | Path) -> Path:

@@ -41,7 +41,9 @@ import numpy as np
 from adni_pu import config as cfgmod
 from adni_pu.data.volumes import VolumeDataConfig
 from adni_pu.errors import ConfigError, VolumeRunError
+from adni_pu.fileio import atomic_write_text, sha256_file
 from adni_pu.pu.config import TrainConfig
+from adni_pu.pu.metrics import logit, sigmoid
 
 VOLUME_CONFIG_NAME = "volume_config.toml"
 METRICS = ("accuracy", "balanced_accuracy", "auc", "sensitivity", "specificity")
@@ -163,14 +165,6 @@ def _one_prior(cfg: VolumeTrainConfig, prior_given: bool, where: str) -> VolumeT
 
 # --------------------------------------------------------------------------- manifest
 
-
-def sha256_file(path: str | Path) -> str:
-    """Hex sha256 of a file (read in 1 MB blocks)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _manifest_path(manifest: str | Path) -> Path:
@@ -378,7 +372,7 @@ def train_volumes(manifest: str | Path, config: VolumeTrainConfig, out: str | Pa
                                               .nunique()),
                                "scans": int((frame["split"] == s).sum())}
                            for s in sorted(set(frame["split"]))}}
-        cfgmod.atomic_write_text(previous, json.dumps(info, indent=2) + "\n")
+        atomic_write_text(previous, json.dumps(info, indent=2) + "\n")
     fit = trainer.fit()
     if is_main:
         model = trainer.best_model()
@@ -387,16 +381,14 @@ def train_volumes(manifest: str | Path, config: VolumeTrainConfig, out: str | Pa
         preds = pd.DataFrame({
             "subject_id": rows["subject_id"], "session_id": rows["session_id"],
             "scan_path": rows["scan_path"], "pu_label": rows["pu_label"],
-            "truth": rows["truth"], "logit": logits, "probability": _sigmoid(logits),
+            "truth": rows["truth"], "logit": logits,
+            "probability": sigmoid(np.asarray(logits, dtype=np.float64)),
         })
-        cfgmod.atomic_write_text(out / "val_predictions.csv", preds.to_csv(index=False))
+        atomic_write_text(out / "val_predictions.csv", preds.to_csv(index=False))
     if run is not None:
         run.barrier()
     return fit
 
-
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-np.asarray(x, dtype=np.float64)))
 
 
 # --------------------------------------------------------------------------- loading a run
@@ -488,12 +480,11 @@ def evaluate_run(run_dir: str | Path, split: str = "test", manifest: str | Path 
     truth = pd.to_numeric(rows["truth"], errors="coerce").astype(float).to_numpy()
     scans = pd.DataFrame({"subject_id": rows["subject_id"], "session_id": rows["session_id"],
                           "scan_path": rows["scan_path"], "truth": truth, "logit": logits,
-                          "probability": _sigmoid(logits)})
+                          "probability": sigmoid(np.asarray(logits, dtype=np.float64))})
     subjects = scans.groupby("subject_id", sort=True).agg(
         n_scans=("probability", "size"), probability=("probability", "mean"),
         truth=("truth", "first")).reset_index()
-    p = subjects["probability"].clip(1e-7, 1 - 1e-7)
-    subjects["logit"] = np.log(p / (1 - p))
+    subjects["logit"] = logit(subjects["probability"])
     boots = cfg.bootstrap if n_boot is None else n_boot
     known_sub = subjects["truth"].notna()
     result: dict[str, Any] = {
@@ -512,8 +503,8 @@ def evaluate_run(run_dir: str | Path, split: str = "test", manifest: str | Path 
     }
     out = run_dir / "evaluation" / split
     out.mkdir(parents=True, exist_ok=True)
-    cfgmod.atomic_write_text(out / "predictions_scans.csv", scans.to_csv(index=False))
-    cfgmod.atomic_write_text(out / "predictions_subjects.csv", subjects.to_csv(index=False))
+    atomic_write_text(out / "predictions_scans.csv", scans.to_csv(index=False))
+    atomic_write_text(out / "predictions_subjects.csv", subjects.to_csv(index=False))
     roc_plot(scans["logit"].to_numpy(), truth, out / "roc.png",
              title=f"{run_dir.name}: {split} ({result['n_scans_scored']} scans)",
              auc=result["scan_level"]["auc"])
@@ -521,8 +512,8 @@ def evaluate_run(run_dir: str | Path, split: str = "test", manifest: str | Path 
         ("metrics", "metrics.json"), ("predictions_scans", "predictions_scans.csv"),
         ("predictions_subjects", "predictions_subjects.csv"), ("roc", "roc.png"),
         ("report", "report.md"))}
-    cfgmod.atomic_write_text(out / "metrics.json", json.dumps(_jsonable(result), indent=2) + "\n")
-    cfgmod.atomic_write_text(out / "report.md", metrics_markdown(result))
+    atomic_write_text(out / "metrics.json", json.dumps(_jsonable(result), indent=2) + "\n")
+    atomic_write_text(out / "report.md", metrics_markdown(result))
     return result
 
 
@@ -734,11 +725,11 @@ def predict_scans(run_dir: str | Path, scans: list[str | Path], out: str | Path 
         # (batched CPU convolutions differ in the last digits with the batch's make-up)
         logits = score_dataset(model, dataset, 1)
         for i, lg in zip(usable, logits):
-            prob = float(_sigmoid(lg))
+            prob = float(sigmoid(np.asarray(lg, dtype=np.float64)))
             rows[i].update(probability=prob, logit=float(lg),
                            prediction="amyloid-positive" if prob > 0.5 else "amyloid-negative")
     table = pd.DataFrame(rows, columns=["scan", "status", "model_input", "probability",
                                         "logit", "prediction", "error"])
     if out is not None:
-        cfgmod.atomic_write_text(out, table.to_csv(index=False))
+        atomic_write_text(out, table.to_csv(index=False))
     return table

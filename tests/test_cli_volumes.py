@@ -12,13 +12,11 @@ import typer
 from typer.testing import CliRunner
 from volume_helpers import make_volume_cohort, tiny_overrides
 
-from adni_pu.cli.volumes import register
-
 
 @pytest.fixture(scope="module")
 def app() -> typer.Typer:
-    app = typer.Typer(pretty_exceptions_enable=False)
-    register(app)
+    from adni_pu.cli.app import app  # the real app: it turns library errors into exit 2
+
     return app
 
 

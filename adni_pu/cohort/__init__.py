@@ -26,11 +26,12 @@ from adni_pu.cohort.manifest import (
     Cohort,
     build_cohort,
     read_manifest,
+    report_from_path,
     write_cohort,
     write_manifest,
 )
 from adni_pu.cohort.quality import CohortInputError, Issue, QualityReport
-from adni_pu.cohort.report import class_prior_table, counts_table, render_report, report_from_path
+from adni_pu.cohort.report import class_prior_table, counts_table, render_report
 from adni_pu.cohort.splits import (
     LeakageError,
     assert_manifest_no_leakage,

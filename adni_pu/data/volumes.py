@@ -384,11 +384,10 @@ def _read_manifest(manifest: Any, base_dir: str | Path | None):
     import pandas as pd
 
     if isinstance(manifest, (str, Path)):
+        from adni_pu.cohort.manifest import read_manifest  # the one manifest reader
+
         path = Path(manifest)
-        if not path.is_file():
-            raise ManifestError(f"manifest {path} not found")
-        frame = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(
-            path, dtype={"subject_id": str, "session_id": str})
+        frame = read_manifest(path)
         base = Path(base_dir) if base_dir is not None else path.parent
     elif isinstance(manifest, pd.DataFrame):
         frame = manifest.copy()

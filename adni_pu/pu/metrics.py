@@ -7,6 +7,17 @@ import math
 import numpy as np
 
 
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    """Probability from a logit (the array's dtype is kept)."""
+    return 1.0 / (1.0 + np.exp(-np.asarray(x)))
+
+
+def logit(p: np.ndarray, eps: float = 1e-7) -> np.ndarray:
+    """Logit of a probability, clipped to [eps, 1 - eps] so 0 and 1 stay finite."""
+    p = np.clip(p, eps, 1 - eps)
+    return np.log(p / (1 - p))
+
+
 def roc_auc(scores: np.ndarray, labels: np.ndarray) -> float:
     """Area under the ROC curve (Mann-Whitney, ties counted half); nan with one class."""
     scores = np.asarray(scores, dtype=np.float64)

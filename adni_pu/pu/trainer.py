@@ -32,7 +32,6 @@ import contextlib
 import csv
 import json
 import math
-import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -47,10 +46,12 @@ from torch import nn
 from adni_pu import config as cfgmod
 from adni_pu.data.pu import PUData, PUSplit
 from adni_pu.errors import ResumeError
+from adni_pu.fileio import atomic_torch_save, atomic_write_text
+from adni_pu.progress import progress_bar
 from adni_pu.provenance import provenance
 from adni_pu.pu import calibration, losses
 from adni_pu.pu.config import TrainConfig
-from adni_pu.pu.metrics import binary_metrics, roc_auc
+from adni_pu.pu.metrics import binary_metrics, logit, roc_auc, sigmoid
 from adni_pu.pu.teacher import MeanTeacher, sigmoid_rampup, teacher_consistency
 from adni_pu.pu.trusted_set import TrustedSet, select_trusted_set, target_size
 
@@ -95,12 +96,6 @@ def to_device(x: Any, device: torch.device) -> Any:
         return type(x)(to_device(v, device) for v in x)
     return x
 
-
-def _atomic_torch_save(obj: Any, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
 
 
 class _OutOfTime(Exception):
@@ -329,7 +324,7 @@ class Trainer:
         for st in self.students:
             size = target_size(epoch, len(self.candidates_u), st.rate, self.sp.warmup_epochs,
                                self.sp.self_paced_end, self.sp.select_every, self.sp.schedule)
-            scores = 1.0 / (1.0 + np.exp(-self.predict_logits(st.model, self.data.train)))
+            scores = sigmoid(self.predict_logits(st.model, self.data.train))
             st.trusted = select_trusted_set(scores, self.candidates_u, size, self.sp.labels,
                                             st.trusted, self.sp.replacement, epoch)
             st.prior_rest = self._prior_rest(st.trusted)
@@ -575,8 +570,8 @@ class Trainer:
                  else iter([None] * len(batches)))
         layouts = self._layouts(batches, [m for m, _ in memberships], phase)
         values: dict[str, list[Any]] = {}
-        progress = _progress(len(batches), f"epoch {epoch + 1}/{self.cfg.epochs}",
-                             self.cfg.progress)
+        progress = progress_bar(len(batches), f"epoch {epoch + 1}/{self.cfg.epochs}",
+                                self.cfg.progress, leave=False, terminal_only=True)
         data = self._train_batches(batches, epoch)
         for b, ((x, s, idx), lay, meta) in enumerate(zip(data, layouts, metas)):
             if deadline is not None and time.monotonic() > deadline:
@@ -769,12 +764,12 @@ class Trainer:
             return
         self.run_dir.mkdir(parents=True, exist_ok=True)
         cfgmod.save(self.cfg, self.run_dir / "config.toml")
-        cfgmod.atomic_write_text(self.run_dir / "provenance.json",
+        atomic_write_text(self.run_dir / "provenance.json",
                                  json.dumps(provenance(), indent=2) + "\n")
         info = dict(self.data.info)
         info.update({"prior_used": self.prior, "prior_u": self.prior_u,
                      "n_labelled_entries": self.n_p, "n_unlabelled_entries": self.n_u})
-        cfgmod.atomic_write_text(self.run_dir / "data.json", json.dumps(info, indent=2) + "\n")
+        atomic_write_text(self.run_dir / "data.json", json.dumps(info, indent=2) + "\n")
 
     def _config_fingerprint(self) -> str:
         settings = cfgmod.to_dict(self.cfg)
@@ -801,7 +796,7 @@ class Trainer:
         if self.cfg.checkpoint_precision == "bfloat16":
             state["students"] = _half_size(state["students"])
             state["best"] = {**self.best, "state": _half_size(self.best["state"])}
-        _atomic_torch_save(state, self.run_dir / "checkpoints" / "last.pt")
+        atomic_torch_save(state, self.run_dir / "checkpoints" / "last.pt")
 
     def check_resume(self) -> dict[str, Any] | None:
         """The run folder's checkpoint (None when there is none).
@@ -877,13 +872,13 @@ class Trainer:
         if self.run_dir is None or not self.is_main:
             return
         if self.best["state"] is not None:
-            _atomic_torch_save({"state": self.best["state"], "config": cfgmod.to_dict(self.cfg),
+            atomic_torch_save({"state": self.best["state"], "config": cfgmod.to_dict(self.cfg),
                                 "epoch": self.best["epoch"], "candidate": self.best["candidate"]},
                                self.run_dir / "best_model.pt")
         summary = {"best_epoch": self.best["epoch"], "best_candidate": self.best["candidate"],
                    "val_criterion": self.cfg.val_criterion, "val_score": self.best["score"],
                    "seconds_per_epoch_by_phase": seconds_by_phase(self.history)}
-        cfgmod.atomic_write_text(self.run_dir / "selection.json",
+        atomic_write_text(self.run_dir / "selection.json",
                                  json.dumps(summary, indent=2) + "\n")
         from adni_pu.pu.plots import plot_training
 
@@ -908,9 +903,7 @@ def _epoch_means(values: dict[str, list[Any]]) -> dict[str, float]:
 
 
 def _average_logits(logits: list[np.ndarray]) -> np.ndarray:
-    p = np.mean([1.0 / (1.0 + np.exp(-lg)) for lg in logits], axis=0)
-    p = np.clip(p, 1e-7, 1 - 1e-7)
-    return np.log(p / (1 - p))
+    return logit(np.mean([sigmoid(lg) for lg in logits], axis=0))
 
 
 def _half_size(obj: Any) -> Any:
@@ -979,20 +972,6 @@ def write_metrics_csv(history: list[dict[str, Any]], path: Path) -> None:
     writer = csv.DictWriter(buffer, fieldnames=keys)
     writer.writeheader()
     writer.writerows(history)
-    cfgmod.atomic_write_text(path, buffer.getvalue())
+    atomic_write_text(path, buffer.getvalue())
 
 
-class _NoProgress:
-    def update(self, n: int) -> None:  # noqa: D401 - trivial
-        pass
-
-    def close(self) -> None:
-        pass
-
-
-def _progress(total: int, desc: str, enabled: bool) -> Any:
-    if not enabled or not sys.stderr.isatty():
-        return _NoProgress()
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=desc, leave=False)
