@@ -41,7 +41,7 @@ BENCH_SYNTH = {"voxel_size": 3.0, "visit_probabilities": [1.0, 0.0, 0.0],
 
 
 def _settings(args: argparse.Namespace):
-    from adni_pu.demo import DemoSettings
+    from adni_pu.workflows.demo import DemoSettings
 
     return DemoSettings(subjects=args.subjects, out=args.work, workers=args.workers,
                         threads=getattr(args, "threads", 1), seed=args.cohort_seed,
@@ -49,7 +49,7 @@ def _settings(args: argparse.Namespace):
 
 
 def prepare(args: argparse.Namespace) -> None:
-    from adni_pu.demo import generate_stage, preprocess_stage
+    from adni_pu.workflows.demo import generate_stage, preprocess_stage
 
     settings = _settings(args)
     settings.out.mkdir(parents=True, exist_ok=True)
@@ -78,8 +78,8 @@ def _latent_auc(run_dir: Path, synth_dir: Path) -> float:
 def run(args: argparse.Namespace) -> None:
     import torch
 
-    from adni_pu.demo import cohort_stage, demo_prior, method_overrides, train_method
     from adni_pu.provenance import provenance
+    from adni_pu.workflows.demo import cohort_stage, demo_prior, method_overrides, train_method
 
     torch.set_num_threads(args.threads)
     work = args.work

@@ -128,7 +128,8 @@ def test_every_library_error_derives_from_one_base_and_keeps_its_builtin():
 
 
 def test_a_user_error_is_one_line_and_a_bug_shows_its_traceback(tmp_path, monkeypatch):
-    from adni_pu import errors, volume_run
+    from adni_pu import errors
+    from adni_pu.workflows import train as volume_run
 
     def user_error(*args, **kwargs):
         raise errors.ManifestError("manifest m.csv: no rows in split 'test'")

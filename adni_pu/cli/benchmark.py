@@ -27,7 +27,7 @@ def _run(dataset: str, method: str, preset: str | None, seeds: int, seed_offset:
          results_json: Path | None, threads: int, device: str,
          train_limit: int | None = None, test_limit: int | None = None,
          time_limit: float | None = None) -> None:
-    from adni_pu.benchmark import BenchmarkSpec, markdown_table, run_benchmark
+    from adni_pu.workflows.benchmark import BenchmarkSpec, markdown_table, run_benchmark
 
     if method not in ("naive", "upu", "nnpu", "selfpu"):
         raise typer.BadParameter(f"{method!r}: expected naive, upu, nnpu or selfpu",

@@ -1,6 +1,6 @@
 """``adni-pu train|evaluate|predict|demo``: Self-PU and the baselines on MRI volumes.
 
-Thin wrappers around :mod:`adni_pu.volume_run` (and :mod:`adni_pu.demo`); nothing heavy is
+Thin wrappers around :mod:`adni_pu.workflows.train` (and :mod:`adni_pu.workflows.demo`); nothing heavy is
 imported at module level so ``adni-pu --help`` answers at once.
 """
 
@@ -12,7 +12,7 @@ from typing import Annotated, Optional
 import typer
 
 from adni_pu.cli.common import positional_path, sets_option
-from adni_pu.demo import DemoSettings  # light: no torch, MONAI or ITK at import
+from adni_pu.workflows.demo import DemoSettings  # light: no torch, MONAI or ITK at import
 
 Sets = sets_option("train.epochs=20 --set prior=0.45")
 Device = Annotated[str, typer.Option(help="auto, cpu or cuda")]
@@ -40,7 +40,7 @@ def train(
         "--out", hidden=True, help="deprecated spelling of RUN")] = None,
 ) -> None:
     """Train on the manifest's train split, select on val; write the run folder RUN."""
-    from adni_pu.volume_run import load_volume_config, train_volumes
+    from adni_pu.workflows.train import load_volume_config, train_volumes
 
     manifest = positional_path(manifest, manifest_opt, "MANIFEST", "--manifest")
     out = positional_path(run, out_opt, "RUN", "--out")
@@ -68,7 +68,7 @@ def evaluate(
     device: Device = "auto",
 ) -> None:
     """Accuracy, balanced accuracy, AUC, sensitivity, specificity with 95 % CIs; ROC plot."""
-    from adni_pu.volume_run import METRICS, evaluate_run, format_ci
+    from adni_pu.workflows.train import METRICS, evaluate_run, format_ci
 
     result = evaluate_run(run, split, manifest, device=device, n_boot=bootstrap)
     typer.echo(f"{split}: {result['n_subjects']} subjects, {result['n_scans']} scans "
@@ -95,7 +95,7 @@ def predict(
     device: Device = "auto",
 ) -> None:
     """Per-scan probability of amyloid positivity from the run's selected model."""
-    from adni_pu.volume_run import predict_scans
+    from adni_pu.workflows.train import predict_scans
 
     table = predict_scans(run, scans, out, work_dir, device)
     for row in table.itertuples():
@@ -127,7 +127,7 @@ def demo(
     set_: Sets = None,
 ) -> None:
     """Synthetic cohort -> preprocess -> cohort -> train Self-PU and baselines -> report."""
-    from adni_pu.demo import run_demo
+    from adni_pu.workflows.demo import run_demo
 
     settings = DemoSettings(subjects=subjects, out=out, preprocessing=preprocessing,
                             epochs=epochs, methods=tuple(m.strip() for m in

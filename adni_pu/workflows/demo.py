@@ -3,7 +3,7 @@
 generate (``adni_pu.synth``) -> preprocess (``adni_pu.preprocessing``, the real pipeline;
 ``preprocessing="ideal"`` uses the generator's perfect model-grid volumes instead, a
 fallback for machines where preprocessing is too slow) -> build the cohort
-(``adni_pu.cohort``) -> train each method (``adni_pu.volume_run``) -> evaluate on the test
+(``adni_pu.cohort``) -> train each method (``adni_pu.workflows.train``) -> evaluate on the test
 subjects -> ``report.md`` with the results table, an ROC plot and the time of every stage.
 
 The defaults aim at well under 10 minutes on a 2-core CPU: 48 subjects with one baseline
@@ -156,7 +156,7 @@ def demo_prior(manifest_frame: Any) -> tuple[list[str], str, float]:
 
     Returns (extra ``--set`` overrides, a note for the report, the prior).
     """
-    from adni_pu.volume_run import cohort_prior
+    from adni_pu.workflows.train import cohort_prior
 
     frame = manifest_frame.copy()
     frame["split"] = frame["split"].astype(str)
@@ -185,7 +185,7 @@ def train_method(manifest: Path, method: str, run_dir: Path, overrides: list[str
     """Train one preset, evaluate it on the test split; returns its results record."""
     import pandas as pd
 
-    from adni_pu.volume_run import evaluate_run, load_volume_config, train_volumes
+    from adni_pu.workflows.train import evaluate_run, load_volume_config, train_volumes
 
     tic = time.perf_counter()
     cfg = load_volume_config(None, overrides, preset=method)
@@ -205,7 +205,7 @@ def run_demo(settings: DemoSettings, log: Callable[[str], None] = print) -> Path
     import numpy as np
 
     from adni_pu.cohort import counts_table
-    from adni_pu.volume_run import METRICS, format_ci, roc_plot
+    from adni_pu.workflows.train import METRICS, format_ci, roc_plot
 
     out = settings.out
     out.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,4 @@
-"""Training, evaluation and prediction on volumes (adni_pu.volume_run), on a tiny cohort."""
+"""Training, evaluation and prediction on volumes (adni_pu.workflows.train), on a tiny cohort."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from volume_helpers import NO_AUGMENTATION, make_volume_cohort, tiny_overrides
 from adni_pu.cohort import LeakageError
 from adni_pu.config import ConfigError
 from adni_pu.pu.trainer import ResumeError
-from adni_pu.volume_run import (
+from adni_pu.workflows.train import (
     METRICS,
     VolumeRunError,
     evaluate_run,
