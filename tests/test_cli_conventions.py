@@ -129,12 +129,12 @@ def test_every_library_error_derives_from_one_base_and_keeps_its_builtin():
 
 def test_a_user_error_is_one_line_and_a_bug_shows_its_traceback(tmp_path, monkeypatch):
     from adni_pu import errors
-    from adni_pu.workflows import train as volume_run
+    from adni_pu.workflows import evaluate as workflow
 
     def user_error(*args, **kwargs):
         raise errors.ManifestError("manifest m.csv: no rows in split 'test'")
 
-    monkeypatch.setattr(volume_run, "evaluate_run", user_error)
+    monkeypatch.setattr(workflow, "evaluate_run", user_error)
     result = runner.invoke(app, ["evaluate", str(tmp_path)])
     assert result.exit_code == 2
     assert result.output.strip() == "error: manifest m.csv: no rows in split 'test'"
@@ -142,7 +142,7 @@ def test_a_user_error_is_one_line_and_a_bug_shows_its_traceback(tmp_path, monkey
     def bug(*args, **kwargs):
         raise ValueError("a programming error, not the user's")
 
-    monkeypatch.setattr(volume_run, "evaluate_run", bug)
+    monkeypatch.setattr(workflow, "evaluate_run", bug)
     result = runner.invoke(app, ["evaluate", str(tmp_path)])
     assert result.exit_code == 1 and isinstance(result.exception, ValueError)
     assert "error:" not in result.output

@@ -7,6 +7,10 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+# the --set example of the commands that take volume-training settings (train, demo)
+SETS_EXAMPLE = "train.epochs=20 --set prior=0.45"
+Device = Annotated[str, typer.Option(help="auto, cpu or cuda")]
+
 
 def sets_option(example: str) -> Any:
     """The ``--set KEY=VALUE`` option (repeatable); ``example`` completes its help."""

@@ -185,7 +185,8 @@ def train_method(manifest: Path, method: str, run_dir: Path, overrides: list[str
     """Train one preset, evaluate it on the test split; returns its results record."""
     import pandas as pd
 
-    from adni_pu.workflows.train import evaluate_run, load_volume_config, train_volumes
+    from adni_pu.workflows.evaluate import evaluate_run
+    from adni_pu.workflows.train import load_volume_config, train_volumes
 
     tic = time.perf_counter()
     cfg = load_volume_config(None, overrides, preset=method)
@@ -205,7 +206,9 @@ def run_demo(settings: DemoSettings, log: Callable[[str], None] = print) -> Path
     import numpy as np
 
     from adni_pu.cohort import counts_table
-    from adni_pu.workflows.train import METRICS, format_ci, roc_plot
+    from adni_pu.pu.metrics import format_ci
+    from adni_pu.pu.plots import roc_plot
+    from adni_pu.workflows.evaluate import METRICS
 
     out = settings.out
     out.mkdir(parents=True, exist_ok=True)
