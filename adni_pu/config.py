@@ -152,10 +152,13 @@ def load(
     path: str | Path | None = None,
     overrides: list[str] | None = None,
     defaults: dict[str, Any] | None = None,
+    values: dict[str, Any] | None = None,
 ) -> T:
     """Load settings ``cls`` from an optional TOML file, then apply overrides.
 
-    Precedence (lowest first): dataclass defaults, ``defaults``, the file, ``overrides``.
+    Precedence (lowest first): dataclass defaults, ``defaults``, the file, ``values`` (a
+    nested dict of settings given as values by library code or CLI options: never turned
+    into ``KEY=VALUE`` text), ``overrides`` (the user's ``--set`` strings).
     """
     data: dict[str, Any] = json.loads(json.dumps(defaults or {}))
     where = "config"
@@ -169,10 +172,17 @@ def load(
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path}: not valid TOML ({exc})") from exc
         deep_update(data, file_data)
+    deep_update(data, _plain(values or {}))
     for text in overrides or []:
         keys, value = parse_override(text)
         merge(data, keys, value)
     return from_dict(cls, data, where)
+
+
+def _plain(values: dict[str, Any]) -> dict[str, Any]:
+    """A deep copy of ``values`` with paths as text, as a TOML file would give them."""
+    return {k: _plain(v) if isinstance(v, dict) else str(v) if isinstance(v, Path) else v
+            for k, v in values.items()}
 
 
 def deep_update(base: dict[str, Any], new: dict[str, Any]) -> None:

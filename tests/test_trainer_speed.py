@@ -284,7 +284,9 @@ def test_3d_cnn_trains_with_bf16_and_channels_last_3d():
 
 
 def test_a_deadline_is_refused_with_distributed_training(tiny_pu):
-    trainer = Trainer(tiny_config(method="nnpu", epochs=1), tiny_pu)
-    trainer.ddp = object()  # attached by adni_pu.distributed.attach in a torchrun process
+    from adni_pu.distributed import DistributedRun
+
+    trainer = Trainer(tiny_config(method="nnpu", epochs=1), tiny_pu,
+                      distributed=DistributedRun(rank=0, world_size=2))  # as under torchrun
     with pytest.raises(ValueError, match="not supported with distributed training"):
         trainer.fit(deadline=time.monotonic() + 60)

@@ -15,9 +15,8 @@ from volume_helpers import NO_AUGMENTATION, make_volume_cohort, tiny_overrides
 
 from adni_pu.cohort import LeakageError
 from adni_pu.config import ConfigError
-from adni_pu.errors import VolumeRunError
+from adni_pu.errors import ResumeError, VolumeRunError
 from adni_pu.fileio import sha256_file
-from adni_pu.pu.trainer import ResumeError
 from adni_pu.workflows.evaluate import METRICS, evaluate_run
 from adni_pu.workflows.predict import predict_scans, preprocess_folder
 from adni_pu.workflows.train import load_volume_config, train_volumes

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -32,16 +32,16 @@ def _run(dataset: str, method: str, preset: str | None, seeds: int, seed_offset:
     if method not in ("naive", "upu", "nnpu", "selfpu"):
         raise typer.BadParameter(f"{method!r}: expected naive, upu, nnpu or selfpu",
                                  param_hint="--method")
-    overrides = [f"threads={threads}", f'device="{device}"']
+    settings: dict[str, Any] = {"threads": threads, "device": device}
     if preset is None:
-        overrides.append(f'method="{method}"')
+        settings["method"] = method
     if epochs is not None:
-        overrides.append(f"epochs={epochs}")
+        settings["epochs"] = epochs
     spec = BenchmarkSpec(
         dataset=dataset, method=method, preset=preset,
         seeds=list(range(seed_offset, seed_offset + seeds)), data_dir=data_dir, out=out,
         n_labelled=n_labelled, prior=prior, scheme=scheme, val_fraction=val_fraction,
-        config_file=config, overrides=[*overrides, *sets],
+        config_file=config, settings=settings, overrides=list(sets),
         train_limit=train_limit, test_limit=test_limit, time_limit=time_limit,
     )
     summary = run_benchmark(spec, results_json)

@@ -10,6 +10,7 @@ and the same command run again continues from there (see docs/training.md).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import json
 import sys
@@ -41,7 +42,11 @@ class BenchmarkSpec:
     scheme: str = "case-control"
     val_fraction: float = 0.1
     config_file: Path | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+    """TrainConfig values set by the caller (e.g. ``{"threads": 1, "device": "cpu"}``):
+    over the file, under ``overrides``."""
     overrides: list[str] = field(default_factory=list)
+    """The user's ``--set KEY=VALUE`` strings (highest precedence)."""
     train_limit: int | None = None
     test_limit: int | None = None
     time_limit: float | None = None
@@ -53,7 +58,7 @@ class BenchmarkSpec:
 
 
 def resolve_config(spec: BenchmarkSpec, seed: int) -> Any:
-    """The TrainConfig of one seed: paper defaults < preset < file < overrides."""
+    """The TrainConfig of one seed: paper defaults < preset < file < settings < overrides."""
     from adni_pu.data.benchmarks import PAPER_MODEL
     from adni_pu.pu.config import TrainConfig, preset_settings
 
@@ -67,8 +72,8 @@ def resolve_config(spec: BenchmarkSpec, seed: int) -> Any:
     defaults.update(preset_settings(spec.preset or spec.method))
     if spec.preset is None and spec.method == "selfpu":
         defaults.update(preset_settings("selfpu"))
-    overrides = [*spec.overrides, f"seed={seed}"]
-    cfg = cfgmod.load(TrainConfig, spec.config_file, overrides, defaults)
+    cfg = cfgmod.load(TrainConfig, spec.config_file, spec.overrides, defaults, spec.settings)
+    cfg = dataclasses.replace(cfg, seed=seed)  # the seed of this run wins over any setting
     if spec.prior is not None and cfg.prior is not None and spec.prior != cfg.prior:
         raise cfgmod.ConfigError(
             f"--prior {spec.prior} and the setting prior = {cfg.prior} disagree; set the class "
@@ -131,7 +136,7 @@ def run_seed(spec: BenchmarkSpec, seed: int, cache_dir: Path | None = None,
 
 
 def _phase_seconds(history: list[dict[str, Any]]) -> dict[str, float]:
-    from adni_pu.pu.trainer import seconds_by_phase
+    from adni_pu.pu.recorders import seconds_by_phase
 
     return {k: v["mean"] for k, v in seconds_by_phase(history).items()}
 

@@ -38,7 +38,7 @@ import numpy as np
 
 from adni_pu import config as cfgmod
 from adni_pu.data.volumes import VolumeDataConfig
-from adni_pu.errors import ConfigError, VolumeRunError
+from adni_pu.errors import ConfigError, ResumeError, VolumeRunError
 from adni_pu.fileio import atomic_write_text, sha256_file
 from adni_pu.pu.config import TrainConfig
 from adni_pu.pu.metrics import sigmoid
@@ -87,23 +87,42 @@ class VolumeTrainConfig:
             raise ConfigError(f"bootstrap: expected >= 0, found {self.bootstrap}")
         if self.train.model == "cnn3d":  # the network's input sizes follow the pipeline's
             args = self.train.model_args
-            args.setdefault("brain_size", list(self.data.brain_size))
-            args.setdefault("hipp_size", list(self.data.hipp_size))
-            if list(args["brain_size"]) != list(self.data.brain_size) or \
-                    list(args["hipp_size"]) != list(self.data.hipp_size):
+            brain = args.get("brain_size", self.data.brain_size)
+            hipp = args.get("hipp_size", self.data.hipp_size)
+            if list(brain) != list(self.data.brain_size) or \
+                    list(hipp) != list(self.data.hipp_size):
                 raise ConfigError(
-                    f"train.model_args brain_size={args['brain_size']}, hipp_size="
-                    f"{args['hipp_size']} differ from data.brain_size={list(self.data.brain_size)}"
+                    f"train.model_args brain_size={list(brain)}, hipp_size="
+                    f"{list(hipp)} differ from data.brain_size={list(self.data.brain_size)}"
                     f", data.hipp_size={list(self.data.hipp_size)}; set only the data sizes")
 
 
-def load_volume_config(path: str | Path | None = None, overrides: list[str] | None = None,
-                       preset: str | None = None) -> VolumeTrainConfig:
-    """Resolve the settings: volume defaults < preset < file < ``--set`` overrides.
+def with_derived_values(cfg: VolumeTrainConfig) -> VolumeTrainConfig:
+    """The settings with their derived values filled in (a copy; ``cfg`` is not changed).
 
-    The preset is taken from ``preset`` (the CLI's ``--preset``), else from the file's or
-    the overrides' ``preset`` key, else ``selfpu``. The class prior is ``prior``;
-    ``train.prior`` is accepted as another name for it (see :func:`_one_prior`).
+    With ``train.model = "cnn3d"`` the network's input sizes ``train.model_args.brain_size``
+    and ``hipp_size`` follow the data pipeline's ``data.brain_size`` and ``data.hipp_size``
+    (set only those; :class:`VolumeTrainConfig` refuses model sizes that differ).
+    :func:`load_volume_config` and :func:`train_volumes` call this; it is idempotent.
+    """
+    if cfg.train.model != "cnn3d":
+        return cfg
+    args = dict(cfg.train.model_args)
+    args.setdefault("brain_size", list(cfg.data.brain_size))
+    args.setdefault("hipp_size", list(cfg.data.hipp_size))
+    return replace(cfg, train=replace(cfg.train, model_args=args))
+
+
+def load_volume_config(path: str | Path | None = None, overrides: list[str] | None = None,
+                       preset: str | None = None, values: dict[str, Any] | None = None
+                       ) -> VolumeTrainConfig:
+    """Resolve the settings: volume defaults < preset < file < ``values`` < ``--set`` overrides.
+
+    The preset is taken from ``preset`` (the CLI's ``--preset``), else from the overrides',
+    the values' or the file's ``preset`` key, else ``selfpu``. ``values`` are settings given
+    as a nested dict by library code (never as ``KEY=VALUE`` text). The class prior is
+    ``prior``; ``train.prior`` is accepted as another name for it (see :func:`_one_prior`).
+    Derived values are filled in last (:func:`with_derived_values`).
     """
     import tomllib
 
@@ -119,8 +138,9 @@ def load_volume_config(path: str | Path | None = None, overrides: list[str] | No
         except tomllib.TOMLDecodeError as exc:
             raise cfgmod.ConfigError(f"{path}: not valid TOML ({exc})") from exc
     overrides = list(overrides or [])
-    name = file_data.get("preset", "selfpu")
-    prior_given = "prior" in file_data
+    values = dict(values or {})
+    name = values.get("preset", file_data.get("preset", "selfpu"))
+    prior_given = "prior" in file_data or "prior" in values
     for text in overrides:
         keys, value = cfgmod.parse_override(text)
         if keys == ["preset"]:
@@ -128,7 +148,8 @@ def load_volume_config(path: str | Path | None = None, overrides: list[str] | No
         prior_given = prior_given or keys == ["prior"]
     if preset is not None:
         name = preset
-        overrides.append(f'preset="{preset}"')
+        overrides = [o for o in overrides if cfgmod.parse_override(o)[0] != ["preset"]]
+        values["preset"] = preset
     try:
         train_defaults = cfgmod.to_dict(_default_train())
         train_defaults.pop("prior", None)
@@ -136,8 +157,9 @@ def load_volume_config(path: str | Path | None = None, overrides: list[str] | No
     except ValueError as exc:
         raise cfgmod.ConfigError(str(exc)) from exc
     defaults = {"preset": name, "train": train_defaults}
-    cfg = cfgmod.load(VolumeTrainConfig, path, overrides, defaults)
-    return _one_prior(cfg, prior_given, str(path) if path is not None else "settings")
+    cfg = cfgmod.load(VolumeTrainConfig, path, overrides, defaults, values)
+    cfg = _one_prior(cfg, prior_given, str(path) if path is not None else "settings")
+    return with_derived_values(cfg)
 
 
 def _one_prior(cfg: VolumeTrainConfig, prior_given: bool, where: str) -> VolumeTrainConfig:
@@ -321,8 +343,10 @@ def train_volumes(manifest: str | Path, config: VolumeTrainConfig, out: str | Pa
 
     from adni_pu import distributed
     from adni_pu.cohort import check_manifest_splits
+
+    config = with_derived_values(config)
     from adni_pu.data.volumes import collate_volumes, save_hippocampus_boxes
-    from adni_pu.pu.trainer import ResumeError, Trainer
+    from adni_pu.pu.trainer import Trainer
 
     if config.train.threads > 0:
         import torch
@@ -347,9 +371,8 @@ def train_volumes(manifest: str | Path, config: VolumeTrainConfig, out: str | Pa
         run = distributed.init_from_env("nccl" if cuda else "gloo")
     is_main = run is None or run.rank == 0
     data, prior_info = build_pu_data(frame, mpath.parent, config)
-    trainer = Trainer(config.train, data, out, collate=collate_volumes, log=log)
-    if run is not None:
-        distributed.attach(trainer, run)
+    trainer = Trainer(config.train, data, out, collate=collate_volumes, log=log,
+                      distributed=run)
     trainer.check_resume()  # refuse other training settings before rewriting any file
     if is_main:
         out.mkdir(parents=True, exist_ok=True)
@@ -396,14 +419,15 @@ def load_run(run_dir: str | Path, device: str = "auto") -> tuple[VolumeTrainConf
     import torch
 
     from adni_pu.models import build_model
-    from adni_pu.pu.trainer import load_selected, resolve_device
+    from adni_pu.pu.checkpoint import load_selected
+    from adni_pu.pu.trainer import resolve_device
 
     run_dir = Path(run_dir)
     for name in (VOLUME_CONFIG_NAME, "best_model.pt", "run.json"):
         if not (run_dir / name).is_file():
             raise VolumeRunError(f"{run_dir}: not a finished training run ({name} missing); "
                                  "train with `adni-pu train` first")
-    cfg = cfgmod.load(VolumeTrainConfig, run_dir / VOLUME_CONFIG_NAME)
+    cfg = with_derived_values(cfgmod.load(VolumeTrainConfig, run_dir / VOLUME_CONFIG_NAME))
     saved = torch.load(run_dir / "best_model.pt", map_location="cpu", weights_only=False)
     train_cfg = cfgmod.from_dict(TrainConfig, saved["config"])
 
