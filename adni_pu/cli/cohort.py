@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from adni_pu.cli.common import positional_path, sets_option
+from adni_pu.cli.common import deprecated_path, positional_path, sets_option
 
 cohort_app = typer.Typer(help="Build the PU-labelled, subject-split cohort manifest.",
                          no_args_is_help=True)
@@ -37,12 +37,9 @@ def build(
              "PET images); used before the clinical table's AV45/FBB/PIB "
              "(amyloid.precedence)")] = None,
     set_: sets_option("matching.amyloid_window_days=180") = None,
-    clinical_opt: Annotated[Optional[Path], typer.Option(  # noqa: UP045
-        "--clinical", hidden=True, help="deprecated spelling of CLINICAL")] = None,
-    scans_opt: Annotated[Optional[Path], typer.Option(  # noqa: UP045
-        "--scans", hidden=True, help="deprecated spelling of SCANS")] = None,
-    out_opt: Annotated[Optional[Path], typer.Option(  # noqa: UP045
-        "--out", hidden=True, help="deprecated spelling of OUT")] = None,
+    clinical_opt: deprecated_path("--clinical", "CLINICAL") = None,
+    scans_opt: deprecated_path("--scans", "SCANS") = None,
+    out_opt: deprecated_path("--out", "OUT") = None,
 ) -> None:
     """Match scans to visits and amyloid measures, label subjects, split them, write OUT."""
     from adni_pu.cohort import build_cohort, load_cohort_config, write_cohort

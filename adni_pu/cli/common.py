@@ -19,6 +19,12 @@ def sets_option(example: str) -> Any:
         help=f"override a setting (repeatable), e.g. --set {example}")]
 
 
+def deprecated_path(flag: str, name: str) -> Any:
+    """A hidden ``flag`` option: the old spelling of the positional path ``name``."""
+    return Annotated[Optional[Path], typer.Option(  # noqa: UP045 - typer needs Optional
+        flag, hidden=True, help=f"deprecated spelling of {name}")]
+
+
 def positional_path(value: Path | None, deprecated: Path | None, name: str, flag: str) -> Path:
     """The path given as positional ``name``, or through its deprecated option ``flag``.
 

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from adni_pu.cli.common import SETS_EXAMPLE, positional_path, sets_option
+from adni_pu.cli.common import SETS_EXAMPLE, deprecated_path, positional_path, sets_option
 
 Sets = sets_option(SETS_EXAMPLE)
 
@@ -28,10 +28,8 @@ def train(
         help="training preset: naive, upu, nnpu, selfpu or an ablation row; "
              "see `adni-pu presets`")] = None,
     set_: Sets = None,
-    manifest_opt: Annotated[Optional[Path], typer.Option(  # noqa: UP045
-        "--manifest", hidden=True, help="deprecated spelling of MANIFEST")] = None,
-    out_opt: Annotated[Optional[Path], typer.Option(  # noqa: UP045
-        "--out", hidden=True, help="deprecated spelling of RUN")] = None,
+    manifest_opt: deprecated_path("--manifest", "MANIFEST") = None,
+    out_opt: deprecated_path("--out", "RUN") = None,
 ) -> None:
     """Train on the manifest's train split, select on val; write the run folder RUN."""
     from adni_pu.workflows.train import load_volume_config, train_volumes

@@ -40,6 +40,13 @@ class Recorder:
         """After the last epoch."""
 
 
+class FolderRecorder(Recorder):
+    """A recorder that writes into the run folder ``run_dir``."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+
+
 class EpochLog(Recorder):
     """One line per epoch through ``trainer.log``: losses, validation score, time."""
 
@@ -59,11 +66,8 @@ class EpochLog(Recorder):
         trainer.log(" | ".join(parts))
 
 
-class RunSettings(Recorder):
+class RunSettings(FolderRecorder):
     """``config.toml``, ``provenance.json`` and ``data.json`` at the start of the fit."""
-
-    def __init__(self, run_dir: Path) -> None:
-        self.run_dir = run_dir
 
     def fit_start(self, trainer: Any) -> None:
         if not trainer.is_main:
@@ -78,11 +82,11 @@ class RunSettings(Recorder):
         atomic_write_text(self.run_dir / "data.json", json.dumps(info, indent=2) + "\n")
 
 
-class TensorBoard(Recorder):
+class TensorBoard(FolderRecorder):
     """Every numeric value of each epoch's row as a scalar (``tensorboard/``), if installed."""
 
     def __init__(self, run_dir: Path) -> None:
-        self.run_dir = run_dir
+        super().__init__(run_dir)
         self.writer: Any = None
 
     def epoch_end(self, trainer: Any, row: dict[str, Any]) -> None:
@@ -105,22 +109,16 @@ class TensorBoard(Recorder):
             self.writer = None
 
 
-class MetricsCsv(Recorder):
+class MetricsCsv(FolderRecorder):
     """``metrics.csv``: the whole history, rewritten after every epoch."""
-
-    def __init__(self, run_dir: Path) -> None:
-        self.run_dir = run_dir
 
     def epoch_end(self, trainer: Any, row: dict[str, Any]) -> None:
         if trainer.is_main:
             write_metrics_csv(trainer.history, self.run_dir / "metrics.csv")
 
 
-class CheckpointSaver(Recorder):
+class CheckpointSaver(FolderRecorder):
     """``checkpoints/last.pt`` after every epoch (resume) and ``best_model.pt`` at the end."""
-
-    def __init__(self, run_dir: Path) -> None:
-        self.run_dir = run_dir
 
     def epoch_end(self, trainer: Any, row: dict[str, Any]) -> None:
         if trainer.is_main:
@@ -131,11 +129,8 @@ class CheckpointSaver(Recorder):
             checkpoint.save_selected(trainer, self.run_dir / checkpoint.SELECTED)
 
 
-class SelectionSummary(Recorder):
+class SelectionSummary(FolderRecorder):
     """``selection.json``: the selected epoch and candidate, its score, seconds per phase."""
-
-    def __init__(self, run_dir: Path) -> None:
-        self.run_dir = run_dir
 
     def fit_end(self, trainer: Any) -> None:
         if not trainer.is_main:
@@ -147,11 +142,8 @@ class SelectionSummary(Recorder):
         atomic_write_text(self.run_dir / "selection.json", json.dumps(summary, indent=2) + "\n")
 
 
-class TrainingPlots(Recorder):
+class TrainingPlots(FolderRecorder):
     """``curves.png`` and the trusted-set pictures (:func:`adni_pu.pu.plots.plot_training`)."""
-
-    def __init__(self, run_dir: Path) -> None:
-        self.run_dir = run_dir
 
     def fit_end(self, trainer: Any) -> None:
         if not trainer.is_main:
