@@ -119,7 +119,11 @@ class QCSettings:
     min_brain_ml: float = 700.0
     max_brain_ml: float = 2500.0
     max_brain_fraction_of_head: float = 0.85
-    min_registration_similarity: float = 0.5
+    max_mask_edge_contrast: float = 0.82
+    max_brain_noise: float = 0.1
+    min_registration_similarity: float = 0.35
+    min_template_mask_dice: float = 0.9
+    max_registration_gain: float = 0.04
     picture_dpi: int = 80
 
 
