@@ -75,18 +75,41 @@ def test_registration_metrics_are_perfect_for_the_template_itself_and_drop_when_
     assert other["registration_similarity"] > 0.9
 
 
+def test_template_end_coverage_finds_a_missing_end_of_the_brain() -> None:
+    from adni_pu.preprocessing.registration import template_at
+
+    tdata, tmask, taffine = template_at(4.0)
+    full = registration_metrics(tdata, tmask, taffine, np.eye(4), 4.0)
+    assert full["template_end_coverage"] > 0.99
+    # the top of the brain missing from the mask: overall Dice stays high
+    top = np.flatnonzero(tmask.any(axis=(0, 1)))[-1]
+    cut = tmask.copy()
+    cut[:, :, top - 5:] = False  # 24 mm
+    m = registration_metrics(tdata, cut, taffine, np.eye(4), 4.0)
+    assert m["template_end_coverage"] < 0.05
+    assert m["template_mask_dice"] > 0.9
+
+
 def test_qc_checks_name_each_new_problem() -> None:
-    good = {"brain_volume_ml": 1300, "brain_fraction_of_head": 0.5, "mask_edge_contrast": 0.6,
-            "registration_similarity": 0.6, "template_mask_dice": 0.95}
+    good = {"brain_volume_ml": 1300, "brain_fraction_of_head": 0.5, "mask_edge_contrast": 0.55,
+            "brain_noise": 0.05, "registration_similarity": 0.6, "template_mask_dice": 0.95,
+            "template_end_coverage": 0.85, "registration_gain": 0.0}
     s = QCSettings()
     assert qc_checks(good, s) == []
     edge = qc_checks({**good, "mask_edge_contrast": s.max_mask_edge_contrast + 0.05}, s)
     assert len(edge) == 1 and "edge contrast" in edge[0] and "skull stripping" in edge[0]
     dice = qc_checks({**good, "template_mask_dice": s.min_template_mask_dice - 0.02}, s)
     assert len(dice) == 1 and "Dice" in dice[0] and "misregistration" in dice[0]
+    noise = qc_checks({**good, "brain_noise": s.max_brain_noise + 0.01}, s)
+    assert len(noise) == 1 and "noisy" in noise[0]
+    end = qc_checks({**good, "template_end_coverage": s.min_template_end_coverage - 0.1}, s)
+    assert len(end) == 1 and "part of the brain is missing" in end[0]
+    gain = qc_checks({**good, "registration_gain": s.max_registration_gain + 0.01}, s)
+    assert len(gain) == 1 and "off its optimum" in gain[0]
     # metrics that were not computed (before registration) are not checked
-    early = {k: v for k, v in good.items() if k not in ("registration_similarity",
-                                                       "template_mask_dice")}
+    early = {k: v for k, v in good.items()
+             if k not in ("registration_similarity", "template_mask_dice",
+                          "template_end_coverage", "registration_gain")}
     assert qc_checks(early, s) == []
 
 
@@ -159,3 +182,5 @@ def test_colin27_with_a_header_flipped_front_to_back_fails_qc(tmp_path) -> None:
     nib.save(nib.Nifti1Image(np.asarray(img.dataobj), affine), str(path))
     row = preprocess_scan(path, tmp_path / "out", PreprocessConfig())
     assert row["status"] == "failed-qc", row
+    side = next((tmp_path / "out").glob("sub-*/ses-*/*_sidecar.json"))
+    assert "template_end_coverage" in side.read_text()

@@ -117,7 +117,9 @@ def registration_metrics(
     ``registration_similarity`` (Pearson correlation with the template inside the
     template brain) and ``template_mask_dice`` (Dice of the carried brain mask and the
     template brain mask): the correlation depends on the scan's contrast, the Dice only
-    on where the brain's outline lands. ``registration_gain`` is how much the
+    on where the brain's outline lands. ``template_end_coverage`` is the share of the
+    template brain's least-covered end (20 mm slab) that the mask covers.
+    ``registration_gain`` is how much the
     correlation rises when the registered brain is nudged by ``step`` degrees or mm
     (the best of 12 rigid nudges): about 0 at a registration optimum whatever the
     contrast, clearly positive when the transform is off by a few degrees or mm.
@@ -139,8 +141,29 @@ def registration_metrics(
     return {
         "registration_similarity": round(base, 4),
         "template_mask_dice": round(_dice(moved_mask, tmask), 4),
+        "template_end_coverage": round(_end_coverage(moved_mask, tmask, resolution_mm), 4),
         "registration_gain": round(_best_nudge(moved, tdata, tmask, taffine, step) - base, 4),
     }
+
+
+def _end_coverage(moved_mask: np.ndarray, tmask: np.ndarray, spacing: float,
+                  slab_mm: float = 20.0) -> float:
+    """The least-covered end of the template brain: for each of its six outermost slabs
+    (``slab_mm`` thick: left, right, back, front, bottom, top), the share of the template
+    brain there that the registered mask covers; the minimum of the six. A mask or a
+    field of view that misses a part of the brain (the vertex, the cerebellum, a frontal
+    pole) leaves one end uncovered even when the overall Dice looks fine."""
+    n = max(1, int(round(slab_mm / spacing)))
+    worst = 1.0
+    for axis in range(3):
+        other = tuple(a for a in range(3) if a != axis)
+        hit = np.flatnonzero(tmask.any(axis=other))
+        for sl in (slice(hit[0], hit[0] + n), slice(hit[-1] - n + 1, hit[-1] + 1)):
+            index = [slice(None)] * 3
+            index[axis] = sl
+            t = tmask[tuple(index)]
+            worst = min(worst, float((moved_mask[tuple(index)] & t).sum()) / max(int(t.sum()), 1))
+    return worst
 
 
 def _rigid_nudges(centre: np.ndarray, step: float) -> list[np.ndarray]:
@@ -217,6 +240,13 @@ def qc_checks(metrics: dict[str, float], settings: QCSettings) -> list[str]:
             f"registered brain mask overlaps the template brain with Dice {dice:.2f} below "
             f"{settings.min_template_mask_dice}: misregistration or a bad brain mask"
         )
+    cover = metrics.get("template_end_coverage")
+    if cover is not None and cover < settings.min_template_end_coverage:
+        problems.append(
+            f"registered brain mask covers only {cover:.2f} of one end of the template brain "
+            f"(min {settings.min_template_end_coverage}): part of the brain is missing "
+            "(mask or field of view) or the orientation is wrong"
+        )
     gain = metrics.get("registration_gain")
     if gain is not None and gain > settings.max_registration_gain:
         problems.append(
@@ -226,7 +256,7 @@ def qc_checks(metrics: dict[str, float], settings: QCSettings) -> list[str]:
     sim = metrics.get("registration_similarity")
     if sim is not None and sim < settings.min_registration_similarity:
         problems.append(
-            f"registration similarity {sim:.2f} below {settings.min_registration_similarity}"
+            f"registration similarity {sim:.3f} below {settings.min_registration_similarity}"
         )
     return problems
 
