@@ -75,6 +75,23 @@ def test_registration_metrics_are_perfect_for_the_template_itself_and_drop_when_
     assert other["registration_similarity"] > 0.9
 
 
+def test_registration_gain_ignores_noise_and_contrast_but_sees_a_shift() -> None:
+    """A noisy scan whose correlation with the template is low (0.46) but which is well
+    aligned has no gain; the same scan 6 mm off has a clear one."""
+    from adni_pu.preprocessing.registration import template_at
+
+    tdata, tmask, taffine = template_at(4.0)
+    rng = np.random.default_rng(0)
+    noisy = (tdata / np.percentile(tdata[tmask], 99)
+             + rng.normal(0, 0.3, tdata.shape)).astype(np.float32)
+    aligned = registration_metrics(noisy, tmask, taffine, np.eye(4), 4.0)
+    assert aligned["registration_similarity"] < 0.5
+    assert aligned["registration_gain"] < 0.0
+    assert qc_checks({"brain_volume_ml": 1500.0, **aligned}, QCSettings()) == []
+    off = registration_metrics(noisy, tmask, taffine, _shift((6.0, 0.0, 0.0)), 4.0)
+    assert off["registration_gain"] > 0.05
+
+
 def test_template_end_coverage_finds_a_missing_end_of_the_brain() -> None:
     from adni_pu.preprocessing.registration import template_at
 

@@ -129,7 +129,7 @@ class QCSettings:
     min_registration_similarity: float = 0.35
     min_template_mask_dice: float = 0.9
     min_template_end_coverage: float = 0.3
-    max_registration_gain: float = 0.03
+    max_registration_gain: float = 0.02
     picture_dpi: int = 80
 
 
