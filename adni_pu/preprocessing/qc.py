@@ -5,6 +5,11 @@ The QC picture shows three orthogonal slices of the bias-corrected scan with the
 MNI152 template's brain outline (yellow), so a misregistration shows as a gap between
 the outline and the brain. The contact sheet puts every scan's picture on one page,
 outliers (by robust z-score of the QC metrics) and refused scans first.
+
+The checks (:func:`qc_checks`) look at the brain mask (volume, share of the head, edge
+contrast, noise inside it) and at the registration (correlation with the template,
+Dice and end coverage of the carried mask, and whether a small nudge would improve the
+fit); docs/preprocessing.md shows how their thresholds were calibrated on a real head.
 """
 
 from __future__ import annotations
@@ -119,11 +124,12 @@ def registration_metrics(
     template brain mask): the correlation depends on the scan's contrast, the Dice only
     on where the brain's outline lands. ``template_end_coverage`` is the share of the
     template brain's least-covered end (20 mm slab) that the mask covers.
-    ``registration_gain`` is how much the
-    correlation (of the registered brain smoothed by one template voxel) rises when it
-    is nudged by ``step`` degrees or mm (the best of 12 rigid nudges): at most about 0
-    at a registration optimum whatever the contrast or noise, clearly positive when the
-    transform is off by a few degrees or mm.
+    ``registration_gain`` is how much the correlation (of the registered brain smoothed
+    by one template voxel) rises when it is nudged by ``step`` degrees or mm (the best of
+    12 rigid nudges): at most about 0 at a registration optimum whatever the contrast or
+    noise, clearly positive when the transform is off by a few degrees or mm. Thresholds:
+    :class:`~adni_pu.preprocessing.config.QCSettings`, calibrated by
+    ``benchmarks/qc_calibration.py``.
     """
     from scipy import ndimage
 
