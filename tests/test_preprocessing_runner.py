@@ -85,6 +85,8 @@ def test_run_writes_the_documented_layout(real_run) -> None:
         side["timings_s"])
     assert 1500 < side["qc"]["brain_volume_ml"] < 2300
     assert side["qc"]["registration_similarity"] > 0.8
+    assert {"mask_edge_contrast", "brain_noise", "template_mask_dice", "template_end_coverage",
+            "registration_gain"} <= set(side["qc"])  # the calibrated QC metrics
     assert "SimpleITK" in side["versions"] and "antspyx" in side["versions"]
     assert side["settings"]["skullstrip"]["method"] == "template"
     native = nib.load(str(paths["brainmask_native"]))

@@ -220,7 +220,7 @@ def _run_steps(scan: Scan, paths: dict[str, Path], config: PreprocessConfig,
     from .cerebellum import cerebellum_mask_cached as cerebellum_mask
     from .intensity import normalise
     from .n4 import head_mask, n4_correct
-    from .qc import qc_checks, qc_picture
+    from .qc import brain_noise, mask_edge_contrast, qc_checks, qc_picture, registration_metrics
     from .skullstrip import skull_strip
 
     with _timed(timings, "read"):
@@ -247,6 +247,9 @@ def _run_steps(scan: Scan, paths: dict[str, Path], config: PreprocessConfig,
     }
     metrics["brain_fraction_of_head"] = round(
         metrics["brain_volume_ml"] / max(metrics["head_volume_ml"], 1e-9), 4)
+    with _timed(timings, "qc_mask"):
+        metrics["mask_edge_contrast"] = round(mask_edge_contrast(corrected, brain, spacing), 4)
+        metrics["brain_noise"] = round(brain_noise(corrected, brain, spacing), 4)
     side: dict = {}
     side["input"] = {
         "shape": list(raw.shape), "spacing_mm": [round(s, 4) for s in spacing],
@@ -284,7 +287,6 @@ def _run_steps(scan: Scan, paths: dict[str, Path], config: PreprocessConfig,
         with _timed(timings, "intensity"):
             keep = brain_t & ~cer_t
             pre = normalise(vol, keep, config.intensity)
-        similarity = reg.similarity
         template_to_native = reg.template_to_native
         reg_files = dict(reg.files)
     finally:
@@ -292,10 +294,12 @@ def _run_steps(scan: Scan, paths: dict[str, Path], config: PreprocessConfig,
 
     with _timed(timings, "qc"):
         in_brain = field[brain]
+        metrics.update(registration_metrics(corrected, brain, affine, template_to_native,
+                                            config.registration.resolution_mm))
+        similarity = metrics["registration_similarity"]
         metrics.update(
             cerebellum_volume_ml=round(float(cer_n.sum()) * voxel_ml, 1),
             cerebellum_fraction_of_brain=round(float(cer_n.sum()) / max(float(brain.sum()), 1), 4),
-            registration_similarity=round(similarity, 4),
             template_brain_volume_ml=round(float(brain_t.sum()) * config.grid.spacing_mm**3 / 1000, 1),
             bias_field_min=round(float(in_brain.min()), 4) if in_brain.size else 1.0,
             bias_field_max=round(float(in_brain.max()), 4) if in_brain.size else 1.0,

@@ -5,6 +5,11 @@ The QC picture shows three orthogonal slices of the bias-corrected scan with the
 MNI152 template's brain outline (yellow), so a misregistration shows as a gap between
 the outline and the brain. The contact sheet puts every scan's picture on one page,
 outliers (by robust z-score of the QC metrics) and refused scans first.
+
+The checks (:func:`qc_checks`) look at the brain mask (volume, share of the head, edge
+contrast, noise inside it) and at the registration (correlation with the template,
+Dice and end coverage of the carried mask, and whether a small nudge would improve the
+fit); docs/preprocessing.md shows how their thresholds were calibrated on a real head.
 """
 
 from __future__ import annotations
@@ -25,7 +30,188 @@ OUTLIER_METRICS: dict[str, str] = {
     "brain_fraction_of_head": "both",
     "cerebellum_fraction_of_brain": "both",
     "registration_similarity": "low",
+    "template_mask_dice": "low",
+    "mask_edge_contrast": "high",
+    "brain_noise": "high",
 }
+
+
+def _dice(a: np.ndarray, b: np.ndarray) -> float:
+    total = int(a.sum()) + int(b.sum())
+    return float(2 * int((a & b).sum()) / total) if total else 0.0
+
+
+def _crop_to_mask(data: np.ndarray, brain: np.ndarray, spacing: tuple[float, ...],
+                  pad_mm: float) -> tuple[np.ndarray, np.ndarray]:
+    """Both arrays cut to the mask's bounding box grown by ``pad_mm`` (same results, faster)."""
+    pad = [int(np.ceil(pad_mm / s)) + 1 for s in spacing]
+    box = []
+    for axis, p in enumerate(pad):
+        hit = np.flatnonzero(brain.any(axis=tuple(a for a in range(brain.ndim) if a != axis)))
+        box.append(slice(max(int(hit[0]) - p, 0), int(hit[-1]) + p + 1))
+    box = tuple(box)
+    return data[box], brain[box]
+
+
+def _box(radius_mm: float, spacing: tuple[float, ...]) -> tuple[int, ...]:
+    """Filter size of a box reaching ``radius_mm`` along each axis (at least one voxel)."""
+    return tuple(2 * max(1, int(round(radius_mm / s))) + 1 for s in spacing)
+
+
+def mask_edge_contrast(data: np.ndarray, brain: np.ndarray,
+                       spacing: tuple[float, ...], width_mm: float = 3.0) -> float:
+    """Mean intensity just outside the brain mask over the mean just inside it.
+
+    A good T1 brain mask ends at dark CSF and bone, so the band outside is much darker
+    than the band inside (a ratio well below 1). A mask that is eroded into the brain
+    has brain tissue outside it, and one that is dilated or includes the skull has the
+    bright scalp fat outside it: both push the ratio up towards or above 1. Bands are
+    ``width_mm`` wide along each axis (box filters sized in mm, so anisotropic voxels
+    are handled, and fast).
+    Returns 0 for an empty or full mask.
+    """
+    from scipy import ndimage
+
+    if not brain.any() or brain.all():
+        return 0.0
+    data, brain = _crop_to_mask(data, brain, spacing, width_mm)
+    size = _box(width_mm, spacing)
+    band_out = ndimage.maximum_filter(brain, size=size) & ~brain
+    band_in = brain & ~ndimage.minimum_filter(brain, size=size)
+    mean_in = float(data[band_in].mean())
+    if not band_out.any() or mean_in <= 0:
+        return 0.0
+    return float(data[band_out].mean()) / mean_in
+
+
+def brain_noise(data: np.ndarray, brain: np.ndarray, spacing: tuple[float, ...],
+                margin_mm: float = 4.0) -> float:
+    """Noise inside the brain as a fraction of its median intensity.
+
+    Each voxel minus the mean of its 26 neighbours has variance 27/26 sigma^2 for white
+    noise; anatomy adds to it only at tissue borders, which a median absolute deviation
+    ignores. Voxels within ``margin_mm`` of the mask's edge are left out (the brain's
+    border is the strongest edge). Interpolated (resampled) scans have correlated noise
+    and read lower: the value is meant for an upper limit, not as an SNR measurement.
+    Returns 0 when too few voxels remain.
+    """
+    from scipy import ndimage
+
+    if not brain.any():
+        return 0.0
+    data, brain = _crop_to_mask(data, brain, spacing, 2 * max(spacing))
+    core = ndimage.minimum_filter(brain, size=_box(margin_mm, spacing))
+    if core.sum() < 100:
+        return 0.0
+    x = data.astype(np.float32)
+    local = (ndimage.uniform_filter(x, size=3, mode="nearest") * 27 - x) / 26
+    resid = (x - local)[core]
+    sigma = 1.4826 * float(np.median(np.abs(resid - np.median(resid)))) / np.sqrt(27 / 26)
+    level = float(np.median(x[core]))
+    return sigma / level if level > 0 else 0.0
+
+
+def registration_metrics(
+    data: np.ndarray, brain: np.ndarray, affine: np.ndarray, template_to_native: np.ndarray,
+    resolution_mm: float = 2.0, step: float = 3.0,
+) -> dict[str, float]:
+    """How well a registered brain matches the MNI152 template, on the template grid.
+
+    ``template_to_native`` (4x4, RAS mm) maps template points to native points, as
+    :class:`~adni_pu.preprocessing.registration.Registration` gives it; ``affine`` is the
+    native voxel-to-RAS affine of ``data`` and ``brain``. The masked brain and the mask
+    are resampled (linear) onto the template grid at ``resolution_mm``. Returns
+    ``registration_similarity`` (Pearson correlation with the template inside the
+    template brain) and ``template_mask_dice`` (Dice of the carried brain mask and the
+    template brain mask): the correlation depends on the scan's contrast, the Dice only
+    on where the brain's outline lands. ``template_end_coverage`` is the share of the
+    template brain's least-covered end (20 mm slab) that the mask covers.
+    ``registration_gain`` is how much the correlation (of the registered brain smoothed
+    by one template voxel) rises when it is nudged by ``step`` degrees or mm (the best of
+    12 rigid nudges): at most about 0 at a registration optimum whatever the contrast or
+    noise, clearly positive when the transform is off by a few degrees or mm. Thresholds:
+    :class:`~adni_pu.preprocessing.config.QCSettings`, calibrated by
+    ``benchmarks/qc_calibration.py``.
+    """
+    from scipy import ndimage
+
+    from .registration import _correlation, template_at
+
+    tdata, tmask, taffine = template_at(float(resolution_mm))
+    m = np.linalg.inv(affine) @ np.asarray(template_to_native, dtype=np.float64) @ taffine
+
+    def carry(values: np.ndarray) -> np.ndarray:
+        return ndimage.affine_transform(values.astype(np.float32), m[:3, :3], offset=m[:3, 3],
+                                        output_shape=tdata.shape, order=1, mode="constant")
+
+    moved = carry(np.where(brain, data, 0))
+    moved_mask = carry(brain) > 0.5
+    # the nudges interpolate, which smooths: compare them with an already smoothed image,
+    # or noise alone makes any nudge look like a gain
+    smooth = ndimage.gaussian_filter(moved, 1.0)
+    gain = _best_nudge(smooth, tdata, tmask, taffine, step) - _correlation(smooth, tdata, tmask)
+    return {
+        "registration_similarity": round(_correlation(moved, tdata, tmask), 4),
+        "template_mask_dice": round(_dice(moved_mask, tmask), 4),
+        "template_end_coverage": round(_end_coverage(moved_mask, tmask, resolution_mm), 4),
+        "registration_gain": round(gain, 4),
+    }
+
+
+def _end_coverage(moved_mask: np.ndarray, tmask: np.ndarray, spacing: float,
+                  slab_mm: float = 20.0) -> float:
+    """The least-covered end of the template brain: for each of its six outermost slabs
+    (``slab_mm`` thick: left, right, back, front, bottom, top), the share of the template
+    brain there that the registered mask covers; the minimum of the six. A mask or a
+    field of view that misses a part of the brain (the vertex, the cerebellum, a frontal
+    pole) leaves one end uncovered even when the overall Dice looks fine."""
+    n = max(1, int(round(slab_mm / spacing)))
+    worst = 1.0
+    for axis in range(3):
+        other = tuple(a for a in range(3) if a != axis)
+        hit = np.flatnonzero(tmask.any(axis=other))
+        for sl in (slice(hit[0], hit[0] + n), slice(hit[-1] - n + 1, hit[-1] + 1)):
+            index = [slice(None)] * 3
+            index[axis] = sl
+            t = tmask[tuple(index)]
+            worst = min(worst, float((moved_mask[tuple(index)] & t).sum()) / max(int(t.sum()), 1))
+    return worst
+
+
+def _rigid_nudges(centre: np.ndarray, step: float) -> list[np.ndarray]:
+    """12 small rigid motions (4x4, mm): +-``step`` degrees about, and +-``step`` mm along,
+    each axis; rotations are about ``centre``."""
+    out = []
+    for axis in range(3):
+        i, j = [k for k in range(3) if k != axis]
+        for sign in (-1.0, 1.0):
+            t = np.radians(sign * step)
+            r = np.eye(4)
+            r[i, i], r[i, j], r[j, i], r[j, j] = np.cos(t), -np.sin(t), np.sin(t), np.cos(t)
+            r[:3, 3] = centre - r[:3, :3] @ centre
+            shift = np.eye(4)
+            shift[axis, 3] = sign * step
+            out += [r, shift]
+    return out
+
+
+def _best_nudge(moved: np.ndarray, template: np.ndarray, tmask: np.ndarray,
+                taffine: np.ndarray, step: float) -> float:
+    """The best correlation with the template after nudging ``moved`` (on the template
+    grid) by one of :func:`_rigid_nudges`."""
+    from scipy import ndimage
+
+    from .registration import _correlation
+
+    centre = taffine[:3, :3] @ np.argwhere(tmask).mean(axis=0) + taffine[:3, 3]
+    inv = np.linalg.inv(taffine)
+    best = -1.0
+    for nudge in _rigid_nudges(centre, step):
+        m = inv @ nudge @ taffine
+        out = ndimage.affine_transform(moved, m[:3, :3], offset=m[:3, 3], order=1,
+                                       mode="constant")
+        best = max(best, _correlation(out, template, tmask))
+    return best
 
 
 def qc_checks(metrics: dict[str, float], settings: QCSettings) -> list[str]:
@@ -48,10 +234,41 @@ def qc_checks(metrics: dict[str, float], settings: QCSettings) -> list[str]:
             f"brain mask covers {frac:.2f} of the head (max {settings.max_brain_fraction_of_head}"
             "): the skull was not removed"
         )
+    edge = metrics.get("mask_edge_contrast")
+    if edge is not None and edge > settings.max_mask_edge_contrast:
+        problems.append(
+            f"brain mask edge contrast {edge:.2f} above {settings.max_mask_edge_contrast} "
+            "(outside the mask is not darker than inside): the skull stripping failed"
+        )
+    noise = metrics.get("brain_noise")
+    if noise is not None and noise > settings.max_brain_noise:
+        problems.append(
+            f"noise in the brain {noise:.3f} of its median intensity, above "
+            f"{settings.max_brain_noise}: too noisy to use"
+        )
+    dice = metrics.get("template_mask_dice")
+    if dice is not None and dice < settings.min_template_mask_dice:
+        problems.append(
+            f"registered brain mask overlaps the template brain with Dice {dice:.2f} below "
+            f"{settings.min_template_mask_dice}: misregistration or a bad brain mask"
+        )
+    cover = metrics.get("template_end_coverage")
+    if cover is not None and cover < settings.min_template_end_coverage:
+        problems.append(
+            f"registered brain mask covers only {cover:.2f} of one end of the template brain "
+            f"(min {settings.min_template_end_coverage}): part of the brain is missing "
+            "(mask or field of view) or the orientation is wrong"
+        )
+    gain = metrics.get("registration_gain")
+    if gain is not None and gain > settings.max_registration_gain:
+        problems.append(
+            f"registration is off its optimum: a nudge of a few degrees or mm raises the "
+            f"template correlation by {gain:.3f} (max {settings.max_registration_gain})"
+        )
     sim = metrics.get("registration_similarity")
     if sim is not None and sim < settings.min_registration_similarity:
         problems.append(
-            f"registration similarity {sim:.2f} below {settings.min_registration_similarity}"
+            f"registration similarity {sim:.3f} below {settings.min_registration_similarity}"
         )
     return problems
 

@@ -1,0 +1,203 @@
+"""QC metrics (mask edge contrast, registration metrics) and the QC checks.
+
+Unit tests use tiny synthetic volumes made here; the integration tests use the real
+Colin27 head in ../shared/data and skip when it is absent.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import shared_path
+
+from adni_pu.preprocessing.config import PreprocessConfig, QCSettings
+from adni_pu.preprocessing.qc import mask_edge_contrast, qc_checks, registration_metrics
+
+
+def _layered_head(spacing: tuple[float, float, float] = (1.0, 1.0, 1.0)):
+    """A T1-like ball: brain (100) inside CSF (10), skull (5) and bright scalp fat (90)."""
+    n = [int(round(80 / s)) for s in spacing]
+    grid = np.meshgrid(*[(np.arange(k) - (k - 1) / 2) * s for k, s in zip(n, spacing)],
+                       indexing="ij")
+    r = np.sqrt(sum(g**2 for g in grid))
+    data = np.where(r < 25, 100.0, 0.0)
+    data[(r >= 25) & (r < 28)] = 10.0
+    data[(r >= 28) & (r < 32)] = 5.0
+    data[(r >= 32) & (r < 37)] = 90.0
+    return data.astype(np.float32), r
+
+
+@pytest.mark.parametrize("spacing", [(1.0, 1.0, 1.0), (2.0, 1.0, 1.5)])
+def test_mask_edge_contrast_separates_good_eroded_and_dilated_masks(spacing) -> None:
+    data, r = _layered_head(spacing)
+    good = mask_edge_contrast(data, r < 25, spacing)
+    eroded = mask_edge_contrast(data, r < 19, spacing)
+    dilated = mask_edge_contrast(data, r < 31, spacing)  # through CSF into the skull
+    assert good < 0.3
+    assert eroded > 0.9
+    assert dilated > 0.9
+
+
+def test_mask_edge_contrast_of_empty_and_full_masks_is_zero() -> None:
+    data, r = _layered_head()
+    assert mask_edge_contrast(data, np.zeros_like(r, bool), (1.0,) * 3) == 0.0
+    assert mask_edge_contrast(data, np.ones_like(r, bool), (1.0,) * 3) == 0.0
+
+
+def _shift(mm: tuple[float, float, float]) -> np.ndarray:
+    out = np.eye(4)
+    out[:3, 3] = mm
+    return out
+
+
+def test_registration_metrics_are_perfect_for_the_template_itself_and_drop_when_moved() -> None:
+    from adni_pu.preprocessing.registration import template_at
+
+    tdata, tmask, taffine = template_at(4.0)
+    same = registration_metrics(tdata, tmask, taffine, np.eye(4), 4.0)
+    assert same["registration_similarity"] > 0.999
+    assert same["template_mask_dice"] > 0.999
+    # the scan's brain sits 12 mm further right than the transform says
+    moved = registration_metrics(tdata, tmask, taffine, _shift((12.0, 0.0, 0.0)), 4.0)
+    assert moved["template_mask_dice"] < 0.92
+    assert moved["registration_similarity"] < same["registration_similarity"] - 0.2
+    # a native grid in another voxel order and spacing gives the same numbers
+    from scipy import ndimage
+
+    native_aff = np.array([[0, 0, -2.0, 90], [3.0, 0, 0, -130], [0, 2.5, 0, -80], [0, 0, 0, 1]])
+    m = np.linalg.inv(taffine) @ native_aff
+    shape = (80, 70, 95)
+    nd = ndimage.affine_transform(tdata, m[:3, :3], offset=m[:3, 3], output_shape=shape, order=1)
+    nm = ndimage.affine_transform(tmask.astype(np.float32), m[:3, :3], offset=m[:3, 3],
+                                  output_shape=shape, order=1) > 0.5
+    other = registration_metrics(nd, nm, native_aff, np.eye(4), 4.0)
+    assert other["template_mask_dice"] > 0.95
+    assert other["registration_similarity"] > 0.9
+
+
+def test_registration_gain_ignores_noise_and_contrast_but_sees_a_shift() -> None:
+    """A noisy scan whose correlation with the template is low (0.46) but which is well
+    aligned has no gain; the same scan 6 mm off has a clear one."""
+    from adni_pu.preprocessing.registration import template_at
+
+    tdata, tmask, taffine = template_at(4.0)
+    rng = np.random.default_rng(0)
+    noisy = (tdata / np.percentile(tdata[tmask], 99)
+             + rng.normal(0, 0.3, tdata.shape)).astype(np.float32)
+    aligned = registration_metrics(noisy, tmask, taffine, np.eye(4), 4.0)
+    assert aligned["registration_similarity"] < 0.5
+    assert aligned["registration_gain"] < 0.0
+    assert qc_checks({"brain_volume_ml": 1500.0, **aligned}, QCSettings()) == []
+    off = registration_metrics(noisy, tmask, taffine, _shift((6.0, 0.0, 0.0)), 4.0)
+    assert off["registration_gain"] > 0.05
+
+
+def test_template_end_coverage_finds_a_missing_end_of_the_brain() -> None:
+    from adni_pu.preprocessing.registration import template_at
+
+    tdata, tmask, taffine = template_at(4.0)
+    full = registration_metrics(tdata, tmask, taffine, np.eye(4), 4.0)
+    assert full["template_end_coverage"] > 0.99
+    # the top of the brain missing from the mask: overall Dice stays high
+    top = np.flatnonzero(tmask.any(axis=(0, 1)))[-1]
+    cut = tmask.copy()
+    cut[:, :, top - 5:] = False  # 24 mm
+    m = registration_metrics(tdata, cut, taffine, np.eye(4), 4.0)
+    assert m["template_end_coverage"] < 0.05
+    assert m["template_mask_dice"] > 0.9
+
+
+def test_qc_checks_name_each_new_problem() -> None:
+    good = {"brain_volume_ml": 1300, "brain_fraction_of_head": 0.5, "mask_edge_contrast": 0.55,
+            "brain_noise": 0.05, "registration_similarity": 0.6, "template_mask_dice": 0.95,
+            "template_end_coverage": 0.85, "registration_gain": 0.0}
+    s = QCSettings()
+    assert qc_checks(good, s) == []
+    edge = qc_checks({**good, "mask_edge_contrast": s.max_mask_edge_contrast + 0.05}, s)
+    assert len(edge) == 1 and "edge contrast" in edge[0] and "skull stripping" in edge[0]
+    dice = qc_checks({**good, "template_mask_dice": s.min_template_mask_dice - 0.02}, s)
+    assert len(dice) == 1 and "Dice" in dice[0] and "misregistration" in dice[0]
+    noise = qc_checks({**good, "brain_noise": s.max_brain_noise + 0.01}, s)
+    assert len(noise) == 1 and "noisy" in noise[0]
+    end = qc_checks({**good, "template_end_coverage": s.min_template_end_coverage - 0.1}, s)
+    assert len(end) == 1 and "part of the brain is missing" in end[0]
+    gain = qc_checks({**good, "registration_gain": s.max_registration_gain + 0.01}, s)
+    assert len(gain) == 1 and "off its optimum" in gain[0]
+    # metrics that were not computed (before registration) are not checked
+    early = {k: v for k, v in good.items()
+             if k not in ("registration_similarity", "template_mask_dice",
+                          "template_end_coverage", "registration_gain")}
+    assert qc_checks(early, s) == []
+
+
+# ----------------------------------------------------------------------------- Colin27
+
+
+def _colin27_2mm():
+    """Colin27 (ch2) and its reference brain (ch2bet > 0), resampled to 2 mm."""
+    import nibabel as nib
+
+    from adni_pu.preprocessing.registration import grid_affine
+
+    folder = shared_path("mri", "colin27")
+    img = nib.load(str(folder / "ch2.nii.gz"))
+    ref = nib.load(str(folder / "ch2bet.nii.gz"))
+    from adni_pu.atlas import resample_to
+
+    affine, shape = grid_affine(2.0, img.shape, img.affine, img.shape)
+    data = resample_to(img, affine, shape, order=1)
+    brain = resample_to(ref, affine, shape, order=1) > 0
+    return data.astype(np.float32), brain, affine
+
+
+def _all_metrics(data, brain, affine, template_to_native, cfg) -> dict:
+    from adni_pu.preprocessing.qc import brain_noise
+
+    spacing = tuple(float(s) for s in np.sqrt((affine[:3, :3] ** 2).sum(axis=0)))
+    return {"brain_volume_ml": float(brain.sum()) * float(np.prod(spacing)) / 1000,
+            "mask_edge_contrast": mask_edge_contrast(data, brain, spacing),
+            "brain_noise": brain_noise(data, brain, spacing),
+            **registration_metrics(data, brain, affine, template_to_native,
+                                   cfg.registration.resolution_mm)}
+
+
+@pytest.mark.integration
+def test_colin27_passes_qc_and_a_perturbed_transform_or_bad_mask_fails() -> None:
+    """Colin27 lies in MNI space: the identity is its registration (ANTs' affine fit to the
+    ICBM template differs from it by about 1.5 mm and 1-2% scale)."""
+    from scipy import ndimage
+
+    data, brain, affine = _colin27_2mm()
+    cfg = PreprocessConfig()
+    good = _all_metrics(data, brain, affine, np.eye(4), cfg)
+    assert qc_checks(good, cfg.qc) == [], good
+    # the transform off by 6 degrees about z and 6 mm along x
+    t = np.radians(6.0)
+    nudge = np.eye(4)
+    nudge[:2, :2] = [[np.cos(t), -np.sin(t)], [np.sin(t), np.cos(t)]]
+    nudge[0, 3] = 6.0
+    off = _all_metrics(data, brain, affine, nudge, cfg)
+    assert any("optimum" in p for p in qc_checks(off, cfg.qc)), off
+    # a brain mask eroded by 6 mm (a failed skull strip)
+    eroded = ndimage.distance_transform_edt(brain, sampling=(2.0,) * 3) > 6.0
+    bad = _all_metrics(data, eroded, affine, np.eye(4), cfg)
+    assert any("skull stripping" in p for p in qc_checks(bad, cfg.qc)), bad
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_colin27_with_a_header_flipped_front_to_back_fails_qc(tmp_path) -> None:
+    import nibabel as nib
+
+    from adni_pu.preprocessing import preprocess_scan
+
+    img = nib.load(str(shared_path("mri", "colin27", "ch2.nii.gz")))
+    affine = img.affine.copy()
+    affine[:3, 3] += affine[:3, 1] * (img.shape[1] - 1)
+    affine[:3, 1] = -affine[:3, 1]  # the data stay, the header says front is back
+    path = tmp_path / "ch2flipped.nii.gz"
+    nib.save(nib.Nifti1Image(np.asarray(img.dataobj), affine), str(path))
+    row = preprocess_scan(path, tmp_path / "out", PreprocessConfig())
+    assert row["status"] == "failed-qc", row
+    side = next((tmp_path / "out").glob("sub-*/ses-*/*_sidecar.json"))
+    assert "template_end_coverage" in side.read_text()
