@@ -120,6 +120,7 @@ def main() -> None:
     args = p.parse_args()
 
     from adni_pu import config as cfgmod
+    from adni_pu import fileio
     from adni_pu.preprocessing import load_config, run_preprocessing
     from adni_pu.provenance import provenance
     from adni_pu.synth import SynthConfig, generate_cohort
@@ -145,7 +146,7 @@ def main() -> None:
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"preprocessing-signal-{args.name}.json"
-    cfgmod.atomic_write_text(path, json.dumps(record, indent=2, default=str) + "\n")
+    fileio.atomic_write_text(path, json.dumps(record, indent=2, default=str) + "\n")
     print(json.dumps(record["result"], indent=2))
     print(f"wrote {path}")
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from adni_pu import config as cfgmod
+from adni_pu import fileio
 from adni_pu.errors import ConfigError
 from adni_pu.provenance import machine_description, package_versions
 from adni_pu.pu.metrics import summarise
@@ -131,7 +132,7 @@ def run_seed(spec: BenchmarkSpec, seed: int, cache_dir: Path | None = None,
         "test_accuracy_test_selected": max(diag) if diag else None,
         "seconds_per_epoch": _phase_seconds(fit.history),
     }
-    cfgmod.atomic_write_text(result_path, json.dumps(result, indent=2) + "\n")
+    fileio.atomic_write_text(result_path, json.dumps(result, indent=2) + "\n")
     return result
 
 
@@ -230,21 +231,21 @@ def run_benchmark(spec: BenchmarkSpec, results_json: Path | None = None,
         if result is None:
             progress = _progress(spec, seed, [r["seed"] for r in results], command,
                                  time.monotonic() - start)
-            cfgmod.atomic_write_text(spec.out / "progress.json",
+            fileio.atomic_write_text(spec.out / "progress.json",
                                      json.dumps(progress, indent=2) + "\n")
             return progress
         results.append(result)
     summary = aggregate(spec, results, command)
     text = json.dumps(summary, indent=2) + "\n"
-    cfgmod.atomic_write_text(spec.out / "results.json", text)
-    cfgmod.atomic_write_text(spec.out / "results.md", markdown_table(summary))
+    fileio.atomic_write_text(spec.out / "results.json", text)
+    fileio.atomic_write_text(spec.out / "results.md", markdown_table(summary))
     if spec.time_limit is not None:
         progress = {"status": "complete", "command": command, "seeds_done": spec.seeds,
                     "results": str(spec.out / "results.json")}
-        cfgmod.atomic_write_text(spec.out / "progress.json",
+        fileio.atomic_write_text(spec.out / "progress.json",
                                  json.dumps(progress, indent=2) + "\n")
     if results_json is not None:
-        cfgmod.atomic_write_text(results_json, text)
+        fileio.atomic_write_text(results_json, text)
     return summary
 
 
