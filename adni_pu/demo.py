@@ -35,7 +35,7 @@ FAST_PREPROCESSING: tuple[str, ...] = (
 DEMO_TRAINING: tuple[str, ...] = (
     "train.batch_size=16", "train.eval_batch_size=16", "train.lr=0.001",
     "train.progress=false", "train.model_args.channels=[8, 16]", "train.model_args.hidden=64",
-    "bootstrap=1000",
+    "bootstrap=0",
 )
 
 
@@ -48,25 +48,31 @@ class DemoSettings:
     preprocessing: str = "real"
     epochs: int = 16
     methods: tuple[str, ...] = ("naive", "upu", "nnpu", "selfpu")
+    folds: int = 4
     seed: int = 0
     workers: int = 2
+    bootstrap: int = 1000
     threads: int = 2
     overrides: tuple[str, ...] = ()
     synth: dict[str, Any] = field(default_factory=lambda: {
         "voxel_size": 3.0, "visit_probabilities": [1.0, 0.0, 0.0], "write_brain_masks": False,
-        # much clearer disease effects than the realistic defaults, so that a run on 26
-        # training scans learns something (measured: docs/training.md, "Demo")
-        "hippocampal_atrophy": 0.8, "cortical_atrophy": 0.5, "ventricle_enlargement_mm": 8.0,
-        "preclinical_fraction": 0.1, "atrophy_noise": 0.03,
+        # hippocampal volume AD vs CN about 21 % smaller (Cohen's d about 1.6) and almost no
+        # difference between amyloid-positive and -negative CN, as published for ADNI
+        # (docs/volumes.md, "Effect sizes"); other effects at the generator's defaults
+        "hippocampal_atrophy": 0.3, "atrophy_noise": 0.08,
     })
 
     def __post_init__(self) -> None:
+        if self.folds < 2:
+            raise ValueError(f"folds={self.folds}: expected at least 2 (every subject is "
+                             "scored by the fold that holds it out)")
+        if self.subjects < 6 * self.folds:
+            raise ValueError(f"subjects={self.subjects}: {self.folds} folds need at least "
+                             f"{6 * self.folds} subjects (each fold's train, val and test "
+                             "need labelled and unlabelled subjects)")
         if self.preprocessing not in ("real", "ideal"):
             raise ValueError(f"preprocessing: expected 'real' or 'ideal', found "
                              f"{self.preprocessing!r}")
-        if self.subjects < 12:
-            raise ValueError(f"subjects={self.subjects}: the demo needs at least 12 (train, "
-                             "val and test each need labelled and unlabelled subjects)")
         from adni_pu.pu.config import PRESETS
 
         unknown = [m for m in self.methods if m not in PRESETS]
@@ -74,6 +80,33 @@ class DemoSettings:
             raise ValueError(f"methods: expected training presets from {sorted(PRESETS)}, "
                              f"found {list(self.methods)}")
         self.out = Path(self.out)
+
+
+class StageProgress:
+    """A line per finished item of a long stage, with the time so far and an estimate left.
+
+    ``log`` gets e.g. ``"      scan 3/48 sub-X: done (9.8 s) | 31 s, ~7 min left"``; the
+    estimate is the mean time per item so far times the items left.
+    """
+
+    def __init__(self, total: int, log: Callable[[str], None], unit: str,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.total, self.log, self.unit, self.clock = max(total, 0), log, unit, clock
+        self.done = 0
+        self.start = clock()
+
+    def step(self, text: str = "") -> None:
+        """Count one finished item and log its line."""
+        self.done += 1
+        elapsed = self.clock() - self.start
+        left = elapsed / self.done * max(self.total - self.done, 0)
+        what = f"{self.unit} {self.done}/{self.total}" + (f" {text}" if text else "")
+        self.log(f"      {what} | {_duration(elapsed)}, ~{_duration(left)} left")
+
+
+def _duration(seconds: float) -> str:
+    """``42 s`` or ``3.5 min``."""
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
 
 
 def _selfpu_schedule(epochs: int) -> list[str]:
@@ -122,8 +155,17 @@ def preprocess_stage(out: Path, synth_dir: Path, settings: DemoSettings,
     prep_dir = out / "preprocessed"
     log(f"[2/5] preprocessing the raw scans into {prep_dir} ({settings.workers} workers)")
     prep_cfg = load_config(None, list(FAST_PREPROCESSING))
+    n_scans = sum(1 for _ in (synth_dir / "bids").glob("sub-*/ses-*/anat/*_T1w.nii.gz"))
+    progress = StageProgress(n_scans, log, "scan")
+
+    def on_result(row: dict) -> None:
+        status = row["status"] + ("" if row["status"] == "skipped" else
+                                  f" in {float(row.get('seconds') or 0):.1f} s")
+        progress.step(f"sub-{row['subject_id']}: {status}")
+
     summary = run_preprocessing(synth_dir / "bids", prep_dir, prep_cfg,
-                                workers=settings.workers, threads_per_worker=1, progress=False)
+                                workers=settings.workers, threads_per_worker=1, progress=False,
+                                on_result=on_result)
     bad = summary[~summary["status"].isin(["done", "skipped"])]
     if len(bad):
         log(f"      {len(bad)} scan(s) failed preprocessing (left out): "
@@ -179,32 +221,92 @@ def method_overrides(method: str, epochs: int, seed: int, threads: int, cache_di
             *extra]
 
 
-def train_method(manifest: Path, method: str, run_dir: Path, overrides: list[str]
-                 ) -> dict[str, Any]:
-    """Train one preset, evaluate it on the test split; returns its results record."""
+def train_method(manifest: Path, method: str, run_dir: Path, overrides: list[str],
+                 log: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
+    """Train one preset on one fold, score its test split; returns the fold's record.
+
+    ``log`` gets the trainer's lines (one per epoch). The record holds the held-out
+    per-subject predictions, the validation AUC that chose the model, and for nnPU-type
+    losses the share of batches where the non-negative correction fired.
+    """
     import pandas as pd
 
+    from adni_pu.pu.metrics import binary_metrics
     from adni_pu.volume_run import evaluate_run, load_volume_config, train_volumes
 
     tic = time.perf_counter()
     cfg = load_volume_config(None, overrides, preset=method)
-    fit = train_volumes(manifest, cfg, run_dir, log=lambda m: None)
-    result = evaluate_run(run_dir, "test")
-    preds = pd.read_csv(run_dir / "evaluation" / "test" / "predictions_scans.csv")
+    fit = train_volumes(manifest, cfg, run_dir, log=log)
+    evaluate_run(run_dir, "test", n_boot=0)
+    subjects = pd.read_csv(run_dir / "evaluation" / "test" / "predictions_subjects.csv",
+                           dtype={"subject_id": str})
+    val = pd.read_csv(run_dir / "val_predictions.csv", dtype={"subject_id": str})
+    val = val.groupby("subject_id").agg(logit=("logit", "mean"), truth=("truth", "first"))
+    history = pd.read_csv(run_dir / "metrics.csv")
+    fired = [c for c in history.columns if c.endswith("/nn_correction")]
     return {"best_epoch": fit.best_epoch + 1, "candidate": fit.best_candidate,
-            "metrics": result["scan_level"], "subject_metrics": result["subject_level"],
-            "n_scored": result["n_scans_scored"],
-            "n_unknown": result["n_subjects_unknown_truth"],
             "seconds": time.perf_counter() - tic,
-            "logits": preds["logit"].tolist(), "truth": preds["truth"].tolist()}
+            "val_auc": binary_metrics(val["logit"].to_numpy(), val["truth"].to_numpy())["auc"],
+            "nn_correction": float(history[fired].to_numpy().mean()) if fired else None,
+            "nn_correction_column": fired[0] if fired else None,
+            "predictions": subjects[["subject_id", "logit", "truth"]].to_dict("records")}
+
+
+def reference_scores(out: Path, synth_dir: Path, fold_paths: list[Path], scored: Any,
+                     n_boot: int) -> dict[str, dict[str, Any]]:
+    """The reference lines on the same folds: logistic regression on two volumes measured
+    on the preprocessed scans, and the generator's true hippocampal loss."""
+    import pandas as pd
+
+    from adni_pu.cohort import read_manifest
+    from adni_pu.crossval import logistic_reference, pooled_metrics, volume_features
+
+    frames = [read_manifest(p) for p in fold_paths]
+    cache = out / "volume_features.csv"
+    paths = sorted(set(frames[0]["scan_path"].astype(str)))
+    features = pd.read_csv(cache) if cache.is_file() else None
+    if features is None or sorted(features["scan_path"]) != paths:
+        features = volume_features(paths)
+        cfgmod.atomic_write_text(cache, features.to_csv(index=False))
+    for frame in frames:
+        frame["scan_path"] = frame["scan_path"].astype(str)
+    logistic = pd.concat([logistic_reference(f, features) for f in frames], ignore_index=True)
+    truth = pd.read_csv(synth_dir / "truth_scans.csv", dtype={"subject_id": str})
+    signal = truth.groupby("subject_id")["hippocampal_loss"].mean().rename("logit")
+    true = scored[["subject_id", "truth"]].merge(signal.reset_index(), on="subject_id")
+    return {name: {"pooled": pooled_metrics(preds, n_boot), "predictions":
+                   preds[["subject_id", "logit", "truth"]].to_dict("records")}
+            for name, preds in (("logistic regression on 2 volumes", logistic),
+                                ("generator truth: hippocampal loss", true))}
+
+
+def pool_method(folds: list[dict[str, Any]], n_boot: int) -> dict[str, Any]:
+    """One method's fold records -> pooled held-out metrics and summaries."""
+    import numpy as np
+    import pandas as pd
+
+    from adni_pu.crossval import pooled_metrics
+
+    preds = pd.DataFrame([p for f in folds for p in f["predictions"]])
+    shares = [f["nn_correction"] for f in folds if f["nn_correction"] is not None]
+    val = [f["val_auc"] for f in folds if not np.isnan(f["val_auc"])]
+    return {"pooled": pooled_metrics(preds, n_boot), "folds": folds,
+            "seconds": sum(f["seconds"] for f in folds),
+            "val_auc": float(np.mean(val)) if val else float("nan"),
+            "nn_correction": float(np.mean(shares)) if shares else None,
+            "nn_correction_column": folds[0]["nn_correction_column"],
+            "predictions": preds.to_dict("records")}
 
 
 def run_demo(settings: DemoSettings, log: Callable[[str], None] = print) -> Path:
     """Run every stage (each resumes if its output is already there); return report.md."""
     import numpy as np
+    import pandas as pd
 
-    from adni_pu.cohort import counts_table
-    from adni_pu.volume_run import METRICS, format_ci, roc_plot
+    from adni_pu.cohort import counts_table, read_manifest
+    from adni_pu.crossval import fold_manifests
+    from adni_pu.demo_report import render_report
+    from adni_pu.volume_run import roc_plot
 
     out = settings.out
     out.mkdir(parents=True, exist_ok=True)
@@ -217,60 +319,54 @@ def run_demo(settings: DemoSettings, log: Callable[[str], None] = print) -> Path
     times["preprocess"] = time.perf_counter() - tic
     tic = time.perf_counter()
     cohort, manifest = cohort_stage(out / "cohort", synth_dir, summary_path, settings.seed, log)
-    counts = counts_table(cohort.manifest)
+    fold_paths = fold_manifests(read_manifest(manifest), settings.folds, settings.seed,
+                                out / "cohort" / "folds")
     times["cohort"] = time.perf_counter() - tic
 
-    extra, prior_note, _ = demo_prior(cohort.manifest)
-    results: dict[str, dict[str, Any]] = {}
-    for i, method in enumerate(settings.methods):
-        log(f"[4/5] training {method} ({i + 1}/{len(settings.methods)}, "
-            f"{settings.epochs} epochs)")
-        overrides = method_overrides(method, settings.epochs, settings.seed, settings.threads,
-                                     out / "cache", [*extra, *settings.overrides])
-        results[method] = train_method(manifest, method, out / "runs" / method, overrides)
-        times[f"train+evaluate {method}"] = results[method]["seconds"]
-    curves = {m: (np.asarray(r["logits"]), np.asarray(r["truth"])) for m, r in results.items()}
-    roc_plot(None, None, out / "roc.png", title="test split", curves=curves)  # type: ignore[arg-type]
+    tic = time.perf_counter()
+    n_runs = settings.folds * len(settings.methods)
+    log(f"[4/5] training {', '.join(settings.methods)} on {settings.folds} folds "
+        f"({n_runs} runs of {settings.epochs} epochs)")
+    progress = StageProgress(n_runs * settings.epochs, log, "epoch")
+    folds: dict[str, list[dict[str, Any]]] = {m: [] for m in settings.methods}
+    priors = []
+    for k, path in enumerate(fold_paths):
+        extra, prior_note, prior = demo_prior(read_manifest(path))
+        priors.append((prior, prior_note))
+        for method in settings.methods:
+            def fold_log(msg: str, where: str = f"{method} fold {k + 1}/{settings.folds}"
+                         ) -> None:
+                if msg.startswith("epoch "):
+                    progress.step(f"({where}, {msg.removeprefix('epoch ')})")
+                else:
+                    log(f"      {where}: {msg}")
+
+            overrides = method_overrides(method, settings.epochs, settings.seed,
+                                         settings.threads, out / "cache",
+                                         [*extra, *settings.overrides])
+            folds[method].append(train_method(path, method, out / "runs" / method / f"fold{k}",
+                                              overrides, fold_log))
+    results = {m: pool_method(f, settings.bootstrap) for m, f in folds.items()}
+    for method, r in results.items():
+        times[f"train+evaluate {method}"] = r["seconds"]
+    first = pd.DataFrame(next(iter(results.values()))["predictions"])
+    references = reference_scores(out / "cohort", synth_dir, fold_paths, first,
+                                  settings.bootstrap)
+    curves = {m: (np.asarray([p["logit"] for p in r["predictions"]], float),
+                  np.asarray([p["truth"] for p in r["predictions"]], float))
+              for m, r in {**results, **references}.items()}
+    roc_plot(None, None, out / "roc.png", title="held-out subjects, all folds",  # type: ignore[arg-type]
+             curves=curves)
     times["total"] = time.perf_counter() - start
 
-    # 5. report
     log("[5/5] writing the report")
-    lines = ["# adni-pu demo", "",
-             f"Synthetic ADNI-like cohort of {settings.subjects} subjects (seed "
-             f"{settings.seed}), preprocessing: **{settings.preprocessing}**, "
-             f"{settings.epochs} epochs per method. Small data and a small budget: the numbers "
-             "show the workflow, not the methods' accuracy (a dozen test subjects; see "
-             "\"Demo\" in docs/training.md of adni-pu, and benchmarks/demo_cohort.py for "
-             "a comparison on 240 subjects over seeds).", "",
-             "## Results on the test subjects", "",
-             "Point estimate [95 % CI, percentile bootstrap over subjects, 1000 resamples].", "",
-             "| method | " + " | ".join(m.replace("_", " ") for m in METRICS)
-             + " | selected | seconds |",
-             "|---|" + "---|" * (len(METRICS) + 2)]
-    for method, r in results.items():
-        cells = [format_ci(r["metrics"][m]) for m in METRICS]
-        lines.append(f"| {method} | " + " | ".join(cells)
-                     + f" | {r['candidate']} @ {r['best_epoch']} | {r['seconds']:.0f} |")
-    first = next(iter(results.values()))
-    lines += ["", f"{first['n_scored']} test scans with known truth; {first['n_unknown']} "
-              "test subject(s) left out for unknown truth.", "", "![ROC](roc.png)", "",
-              "## Cohort", "", f"Preprocessing: {prep_note}.", "",
-              f"Class prior used: {prior_note}.", "",
-              "```\n" + counts.to_string(index=False) + "\n```", "",
-              "Full cohort report: `cohort/cohort_report.md`.", "",
-              "## Time per stage (seconds)", "", "| stage | seconds |", "|---|---|"]
-    lines += [f"| {k} | {v:.1f} |" for k, v in times.items()]
-    lines += ["", "## Files", "",
-              "- `synth/`: raw BIDS scans, ADNIMERGE-style table, truth",
-              "- `preprocessed/`: `adni-pu preprocess` output (real preprocessing only)",
-              "- `cohort/`: manifest and cohort report",
-              "- `runs/<method>/`: run folders (training curves `curves.png`, "
-              "`evaluation/test/report.md`)", ""]
+    counts = counts_table(read_manifest(fold_paths[0]))
     report = out / "report.md"
-    cfgmod.atomic_write_text(report, "\n".join(lines))
+    cfgmod.atomic_write_text(report, render_report(
+        settings=settings, results=results, references=references, times=times,
+        prep_note=prep_note, priors=priors, counts=counts.to_string(index=False)))
     cfgmod.atomic_write_text(out / "demo.json", json.dumps(
-        {"settings": cfgmod.to_dict(settings), "times_s": times,
-         "results": results},
-        indent=2, default=str) + "\n")
+        {"settings": cfgmod.to_dict(settings), "times_s": times, "results": results,
+         "references": references}, indent=2, default=str) + "\n")
     log(f"done in {times['total']:.0f} s")
     return report
