@@ -163,3 +163,49 @@ def logistic_reference(frame: Any, features: Any) -> Any:
                           "truth": test["truth"].astype(float).to_numpy()})
     return scans.groupby("subject_id", sort=True).agg(
         logit=("logit", "mean"), truth=("truth", "first")).reset_index()
+
+
+def paired_difference(a: Any, b: Any, n_boot: int = 1000, seed: int = 0,
+                      level: float = 0.95) -> dict[str, Any]:
+    """AUC of ``a`` minus AUC of ``b`` on the same subjects, with a paired bootstrap CI.
+
+    ``a`` and ``b``: per-subject predictions (``subject_id, logit, truth`` and optionally
+    ``seed``, one row per subject and seed). Subjects with unknown truth are left out and
+    both must score the same subjects. The bootstrap resamples seeds, then subjects within
+    each drawn seed, and takes the same draw for both methods (paired); the difference is
+    the mean over seeds of the per-seed AUC difference. Returns ``value, ci_low, ci_high``,
+    the share of resamples where ``a`` is better, and the counts.
+    """
+    from adni_pu.pu.metrics import binary_metrics
+
+    keys = ["seed", "subject_id"]
+    a = a.assign(seed=a.get("seed", 0))
+    b = b.assign(seed=b.get("seed", 0))
+    both = a[keys + ["logit", "truth"]].merge(b[keys + ["logit"]], on=keys, how="outer",
+                                              suffixes=("_a", "_b"), indicator=True)
+    if (both["_merge"] != "both").any():
+        odd = both.loc[both["_merge"] != "both", "subject_id"].iloc[0]
+        raise ValueError(f"paired difference: subject {odd} is scored by one method only")
+    both = both[both["truth"].notna()]
+    groups = [g for _, g in both.groupby("seed", sort=True)]
+
+    def diff(parts: list[Any]) -> float:
+        values = [binary_metrics(p["logit_a"].to_numpy(float), p["truth"].to_numpy(float))["auc"]
+                  - binary_metrics(p["logit_b"].to_numpy(float), p["truth"].to_numpy(float))["auc"]
+                  for p in parts]
+        return float(np.nanmean(values)) if values else float("nan")
+
+    rng = np.random.default_rng(seed)
+    samples = []
+    for _ in range(n_boot):
+        drawn = rng.integers(0, len(groups), len(groups))
+        samples.append(diff([groups[g].iloc[rng.integers(0, len(groups[g]), len(groups[g]))]
+                             for g in drawn]))
+    arr = np.asarray(samples)
+    arr = arr[~np.isnan(arr)]
+    lo, hi = (1 - level) / 2 * 100, (1 + level) / 2 * 100
+    return {"value": diff(groups),
+            "ci_low": float(np.percentile(arr, lo)) if arr.size else float("nan"),
+            "ci_high": float(np.percentile(arr, hi)) if arr.size else float("nan"),
+            "share_a_better": float((arr > 0).mean()) if arr.size else float("nan"),
+            "n_subjects": int(len(both)), "n_seeds": len(groups), "resamples": n_boot}

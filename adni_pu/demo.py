@@ -60,6 +60,11 @@ class DemoSettings:
         # difference between amyloid-positive and -negative CN, as published for ADNI
         # (docs/volumes.md, "Effect sizes"); other effects at the generator's defaults
         "hippocampal_atrophy": 0.3, "atrophy_noise": 0.08,
+        # a cohort of mostly CN and AD participants (as an AD-vs-CN study), where amyloid
+        # and atrophy go together most: the true hippocampal loss separates amyloid status
+        # at AUC 0.79 (0.72 in ADNI's mix with half MCI); amyloid PET for 90 % of subjects,
+        # so that most are scored
+        "dx_proportions": [0.4, 0.05, 0.05, 0.1, 0.4], "pet_fraction": 0.9,
     })
 
     def __post_init__(self) -> None:

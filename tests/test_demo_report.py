@@ -148,3 +148,27 @@ def test_stage_progress_says_what_is_left():
     assert lines[0].strip() == "scan 1/4 sub-1: done | 10 s, ~30 s left"
     assert lines[1].strip() == "scan 2/4 | 20 s, ~20 s left"
     assert lines[2].strip() == "scan 3/4 | 40 s, ~13 s left"
+
+
+def test_paired_difference_is_paired_over_subjects_and_seeds():
+    from adni_pu.crossval import paired_difference
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for seed in (0, 1, 2):
+        truth = rng.integers(0, 2, 40).astype(float)
+        shared = rng.normal(0, 1, 40)  # what both methods see: a paired design removes it
+        rows.append(pd.DataFrame({"seed": seed, "subject_id": [f"s{i}" for i in range(40)],
+                                  "truth": truth, "good": shared + 1.5 * truth,
+                                  "weak": shared + 1.0 * truth}))
+    frame = pd.concat(rows)
+    a = frame.rename(columns={"good": "logit"})[["seed", "subject_id", "logit", "truth"]]
+    b = frame.rename(columns={"weak": "logit"})[["seed", "subject_id", "logit", "truth"]]
+    out = paired_difference(a, b, n_boot=300)
+    assert out["n_seeds"] == 3 and out["n_subjects"] == 120
+    assert 0.0 < out["ci_low"] < out["value"] < out["ci_high"]
+    assert out["share_a_better"] > 0.975
+    same = paired_difference(a, a, n_boot=50)
+    assert same["value"] == same["ci_low"] == same["ci_high"] == 0.0
+    with pytest.raises(ValueError, match="one method only"):
+        paired_difference(a, b.iloc[1:], n_boot=10)
