@@ -193,7 +193,8 @@ def paired_difference(a: Any, b: Any, n_boot: int = 1000, seed: int = 0,
         values = [binary_metrics(p["logit_a"].to_numpy(float), p["truth"].to_numpy(float))["auc"]
                   - binary_metrics(p["logit_b"].to_numpy(float), p["truth"].to_numpy(float))["auc"]
                   for p in parts]
-        return float(np.nanmean(values)) if values else float("nan")
+        values = [v for v in values if not np.isnan(v)]  # a resample with one class only
+        return float(np.mean(values)) if values else float("nan")
 
     rng = np.random.default_rng(seed)
     samples = []
