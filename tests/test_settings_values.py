@@ -65,3 +65,24 @@ def test_benchmark_settings_are_values_and_the_run_seed_wins():
                          overrides=["epochs=4", "seed=99"])
     cfg = resolve_config(spec, seed=2)
     assert (cfg.method, cfg.threads, cfg.device, cfg.epochs, cfg.seed) == ("upu", 1, "cpu", 4, 2)
+
+
+def test_demo_settings_as_values_resolve_as_the_set_strings_did(tmp_path):
+    from adni_pu.workflows.demo import method_settings
+
+    cache = tmp_path / "cache"
+    as_text = ["train.batch_size=16", "train.eval_batch_size=16", "train.lr=0.001",
+               "train.progress=false", "train.model_args.channels=[8, 16]",
+               "train.model_args.hidden=64", "bootstrap=0", "train.epochs=8",
+               'data.cache="disk"', f'data.cache_dir="{cache.resolve()}"', "train.threads=2",
+               "train.seed=3", "train.selfpu.warmup_epochs=2",
+               "train.selfpu.self_paced_end=5", "train.selfpu.select_every=1",
+               "train.selfpu.teacher_rampup_epochs=1", "prior=0.6214", "train.lr=0.002"]
+    for preset in ("nnpu", "selfpu"):
+        before = load_volume_config(None, as_text, preset=preset)
+        after = load_volume_config(None, ["train.lr=0.002"], preset=preset,
+                                   values=method_settings(8, 3, 2, cache, {"prior": 0.6214}))
+        assert cfgmod.to_dict(after) == cfgmod.to_dict(before)
+    odd = tmp_path / 'a "quoted" cache'  # the text form could not carry this path
+    cfg = load_volume_config(None, [], "nnpu", values=method_settings(2, 0, 1, odd))
+    assert cfg.data.cache_dir == odd.resolve()

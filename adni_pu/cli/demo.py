@@ -24,6 +24,9 @@ def demo(
     epochs: Annotated[int, typer.Option(help="training epochs per method")] = _DEMO.epochs,
     methods: Annotated[str, typer.Option(help="comma-separated training presets")
                        ] = ",".join(_DEMO.methods),
+    folds: Annotated[int, typer.Option(
+        help="cross-validation folds: every subject is scored once, by the fold that holds "
+             "it out")] = _DEMO.folds,
     seed: Annotated[int, typer.Option(help="seed of the cohort and the training")] = _DEMO.seed,
     workers: Annotated[int, typer.Option(help="preprocessing processes")] = _DEMO.workers,
     threads: Annotated[int, typer.Option(help="torch threads for training")] = _DEMO.threads,
@@ -35,7 +38,7 @@ def demo(
     settings = DemoSettings(subjects=subjects, out=out, preprocessing=preprocessing,
                             epochs=epochs, methods=tuple(m.strip() for m in
                                                          methods.split(",") if m.strip()),
-                            seed=seed, workers=workers, threads=threads,
+                            folds=folds, seed=seed, workers=workers, threads=threads,
                             overrides=tuple(set_ or []))
     report = run_demo(settings, log=lambda m: typer.echo(m, err=True))
     typer.echo(f"report: {report}")

@@ -3,19 +3,22 @@
 generate (``adni_pu.synth``) -> preprocess (``adni_pu.preprocessing``, the real pipeline;
 ``preprocessing="ideal"`` uses the generator's perfect model-grid volumes instead, a
 fallback for machines where preprocessing is too slow) -> build the cohort
-(``adni_pu.cohort``) -> train each method (``adni_pu.workflows.train``) -> evaluate on the test
-subjects -> ``report.md`` with the results table, an ROC plot and the time of every stage.
+(``adni_pu.cohort``) -> train each method on each cross-validation fold
+(``adni_pu.workflows.train``) -> score the held-out subjects -> ``report.md`` with the pooled
+results table, reference lines, an ROC plot, an explanation and the time of every stage.
 
-The defaults aim at well under 10 minutes on a 2-core CPU: 48 subjects with one baseline
-scan each at 3 mm, fast registration settings, a slim 3-branch CNN (8 and 16 channels), the
-pipeline's cached stage shared by all methods (disk cache) and 16 epochs per method. The
-disease effects are stronger than the generator's realistic defaults so that 26 training
-scans carry a learnable signal; results on so few subjects are still noisy, and the demo
-shows the workflow, not the methods' accuracy (see benchmarks/demo_cohort.py for that).
+The defaults aim at 10 minutes on a 2-core CPU: 48 subjects with one baseline scan each
+at 3 mm and disease effects within published ADNI effect sizes (docs/volumes.md, "Effect
+sizes"), fast registration settings, a slim 3-branch CNN (8 and 16 channels), the
+pipeline's cached stage shared by all runs (disk cache), 3-fold cross-validation over all
+subjects (every subject scored once, by the fold that held it out; :mod:`adni_pu.workflows.crossval`)
+and 8 epochs per run. The report (:mod:`adni_pu.workflows.demo_report`) puts two reference lines
+beside the methods and explains the numbers.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import time
 from collections.abc import Callable
@@ -24,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from adni_pu import config as cfgmod
+from adni_pu import fileio
 from adni_pu.errors import ConfigError, OutputError
 
 # Preprocessing settings for small synthetic heads, from docs/preprocessing.md.
@@ -32,12 +36,12 @@ FAST_PREPROCESSING: tuple[str, ...] = (
     "registration.shrink_factors=[2,1]", "registration.smoothing_sigmas=[1.0,0.0]",
     "qc.min_brain_ml=400.0",
 )
-# Training settings of the small budget (applied before the user's --set overrides).
-DEMO_TRAINING: tuple[str, ...] = (
-    "train.batch_size=16", "train.eval_batch_size=16", "train.lr=0.001",
-    "train.progress=false", "train.model_args.channels=[8, 16]", "train.model_args.hidden=64",
-    "bootstrap=1000",
-)
+# Training settings of the small budget, as values (the user's --set overrides come after).
+DEMO_TRAINING: dict[str, Any] = {
+    "train": {"batch_size": 16, "eval_batch_size": 16, "lr": 0.001, "progress": False,
+              "model_args": {"channels": [8, 16], "hidden": 64}},
+    "bootstrap": 0,
+}
 
 
 @dataclass
@@ -47,27 +51,38 @@ class DemoSettings:
     subjects: int = 48
     out: Path = Path("adni-pu-demo")
     preprocessing: str = "real"
-    epochs: int = 16
+    epochs: int = 8
     methods: tuple[str, ...] = ("naive", "upu", "nnpu", "selfpu")
+    folds: int = 3
     seed: int = 0
     workers: int = 2
+    bootstrap: int = 1000
     threads: int = 2
     overrides: tuple[str, ...] = ()
     synth: dict[str, Any] = field(default_factory=lambda: {
         "voxel_size": 3.0, "visit_probabilities": [1.0, 0.0, 0.0], "write_brain_masks": False,
-        # much clearer disease effects than the realistic defaults, so that a run on 26
-        # training scans learns something (measured: docs/training.md, "Demo")
-        "hippocampal_atrophy": 0.8, "cortical_atrophy": 0.5, "ventricle_enlargement_mm": 8.0,
-        "preclinical_fraction": 0.1, "atrophy_noise": 0.03,
+        # hippocampal volume AD vs CN about 21 % smaller (Cohen's d about 1.6) and almost no
+        # difference between amyloid-positive and -negative CN, as published for ADNI
+        # (docs/volumes.md, "Effect sizes"); other effects at the generator's defaults
+        "hippocampal_atrophy": 0.3, "atrophy_noise": 0.08,
+        # a cohort of mostly CN and AD participants (as an AD-vs-CN study), where amyloid
+        # and atrophy go together most: the true hippocampal loss separates amyloid status
+        # at AUC 0.79 (0.72 in ADNI's mix with half MCI); amyloid PET for 90 % of subjects,
+        # so that most are scored
+        "dx_proportions": [0.4, 0.05, 0.05, 0.1, 0.4], "pet_fraction": 0.9,
     })
 
     def __post_init__(self) -> None:
+        if self.folds < 2:
+            raise ConfigError(f"folds={self.folds}: expected at least 2 (every subject is "
+                             "scored by the fold that holds it out)")
+        if self.subjects < 6 * self.folds:
+            raise ConfigError(f"subjects={self.subjects}: {self.folds} folds need at least "
+                             f"{6 * self.folds} subjects (each fold's train, val and test "
+                             "need labelled and unlabelled subjects)")
         if self.preprocessing not in ("real", "ideal"):
             raise ConfigError(f"preprocessing: expected 'real' or 'ideal', found "
                              f"{self.preprocessing!r}")
-        if self.subjects < 12:
-            raise ConfigError(f"subjects={self.subjects}: the demo needs at least 12 (train, "
-                             "val and test each need labelled and unlabelled subjects)")
         from adni_pu.pu.config import PRESETS
 
         unknown = [m for m in self.methods if m not in PRESETS]
@@ -77,13 +92,39 @@ class DemoSettings:
         self.out = Path(self.out)
 
 
-def _selfpu_schedule(epochs: int) -> list[str]:
+class StageProgress:
+    """A line per finished item of a long stage, with the time so far and an estimate left.
+
+    ``log`` gets e.g. ``"      scan 3/48 sub-X: done (9.8 s) | 31 s, ~7 min left"``; the
+    estimate is the mean time per item so far times the items left.
+    """
+
+    def __init__(self, total: int, log: Callable[[str], None], unit: str,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.total, self.log, self.unit, self.clock = max(total, 0), log, unit, clock
+        self.done = 0
+        self.start = clock()
+
+    def step(self, text: str = "") -> None:
+        """Count one finished item and log its line."""
+        self.done += 1
+        elapsed = self.clock() - self.start
+        left = elapsed / self.done * max(self.total - self.done, 0)
+        what = f"{self.unit} {self.done}/{self.total}" + (f" {text}" if text else "")
+        self.log(f"      {what} | {_duration(elapsed)}, ~{_duration(left)} left")
+
+
+def _duration(seconds: float) -> str:
+    """``42 s`` or ``3.5 min``."""
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
+
+
+def _selfpu_schedule(epochs: int) -> dict[str, int]:
     """Self-PU phases scaled to a short run: warm-up 1/4, self-paced to 2/3, then distillation."""
     warmup = max(1, epochs // 4)
     end = max(warmup + 1, (2 * epochs) // 3)
-    return [f"train.selfpu.warmup_epochs={warmup}", f"train.selfpu.self_paced_end={end}",
-            "train.selfpu.select_every=1",
-            f"train.selfpu.teacher_rampup_epochs={max(1, (epochs - end) // 2)}"]
+    return {"warmup_epochs": warmup, "self_paced_end": end, "select_every": 1,
+            "teacher_rampup_epochs": max(1, (epochs - end) // 2)}
 
 
 def generate_stage(out: Path, settings: DemoSettings, log: Callable[[str], None]) -> Path:
@@ -98,7 +139,7 @@ def generate_stage(out: Path, settings: DemoSettings, log: Callable[[str], None]
     if not (synth_dir / "synth_config.toml").is_file():
         log(f"[1/5] generating {settings.subjects} synthetic subjects in {synth_dir}")
         generate_cohort(synth_dir, settings.subjects, settings.seed, synth_cfg)
-        cfgmod.atomic_write_text(synth_dir / "demo_cohort.json", json.dumps(wanted) + "\n")
+        fileio.atomic_write_text(synth_dir / "demo_cohort.json", json.dumps(wanted) + "\n")
         return synth_dir
     made = json.loads((synth_dir / "demo_cohort.json").read_text()) \
         if (synth_dir / "demo_cohort.json").is_file() else {}
@@ -123,8 +164,17 @@ def preprocess_stage(out: Path, synth_dir: Path, settings: DemoSettings,
     prep_dir = out / "preprocessed"
     log(f"[2/5] preprocessing the raw scans into {prep_dir} ({settings.workers} workers)")
     prep_cfg = load_config(None, list(FAST_PREPROCESSING))
+    n_scans = sum(1 for _ in (synth_dir / "bids").glob("sub-*/ses-*/anat/*_T1w.nii.gz"))
+    progress = StageProgress(n_scans, log, "scan")
+
+    def on_result(row: dict) -> None:
+        status = row["status"] + ("" if row["status"] == "skipped" else
+                                  f" in {float(row.get('seconds') or 0):.1f} s")
+        progress.step(f"sub-{row['subject_id']}: {status}")
+
     summary = run_preprocessing(synth_dir / "bids", prep_dir, prep_cfg,
-                                workers=settings.workers, threads_per_worker=1, progress=False)
+                                workers=settings.workers, threads_per_worker=1, progress=False,
+                                on_result=on_result)
     bad = summary[~summary["status"].isin(["done", "skipped"])]
     if len(bad):
         log(f"      {len(bad)} scan(s) failed preprocessing (left out): "
@@ -150,11 +200,11 @@ def cohort_stage(out: Path, synth_dir: Path, summary_path: Path, split_seed: int
     return cohort, Path(paths["manifest"])
 
 
-def demo_prior(manifest_frame: Any) -> tuple[list[str], str, float]:
+def demo_prior(manifest_frame: Any) -> tuple[dict[str, Any], str, float]:
     """The class prior from the cohort, raised above the labelled fraction when a small
     cohort puts it at or below (PU risks need prior > labelled fraction).
 
-    Returns (extra ``--set`` overrides, a note for the report, the prior).
+    Returns (the settings to add, as values, a note for the report, the prior).
     """
     from adni_pu.workflows.train import cohort_prior
 
@@ -165,50 +215,114 @@ def demo_prior(manifest_frame: Any) -> tuple[list[str], str, float]:
     labelled_fraction = float((train_rows["pu_label"] == 1).mean())
     note = f"{prior:.3f} (cohort: amyloid-positive fraction of training subjects with truth)"
     if prior > labelled_fraction + 0.02:
-        return [], note, prior
+        return {}, note, prior
     prior = min(labelled_fraction + 0.05, 0.95)
-    return ([f"prior={prior:.4f}"], f"{prior:.3f} (set: the cohort's value was not above "
+    return ({"prior": float(f"{prior:.4f}")}, f"{prior:.3f} (set: the cohort's value was not above "
             f"the labelled fraction {labelled_fraction:.3f} of the training scans)", prior)
 
 
-def method_overrides(method: str, epochs: int, seed: int, threads: int, cache_dir: Path,
-                     extra: list[str] | tuple[str, ...] = ()) -> list[str]:
-    """The ``--set`` list of one method's run on the demo budget (``extra`` last)."""
-    return [*DEMO_TRAINING, f"train.epochs={epochs}", 'data.cache="disk"',
-            f'data.cache_dir="{cache_dir.resolve()}"', f"train.threads={threads}",
-            f"train.seed={seed}", *_selfpu_schedule(epochs),
-            *extra]
+def method_settings(epochs: int, seed: int, threads: int, cache_dir: Path,
+                    extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The settings (values, not ``--set`` text) of a run on the demo budget; ``extra``
+    (e.g. from :func:`demo_prior`) is merged last. The preset goes to :func:`train_method`."""
+    values = copy.deepcopy(DEMO_TRAINING)
+    cfgmod.deep_update(values, {
+        "train": {"epochs": epochs, "threads": threads, "seed": seed,
+                  "selfpu": _selfpu_schedule(epochs)},
+        "data": {"cache": "disk", "cache_dir": cache_dir.resolve()},
+    })
+    cfgmod.deep_update(values, copy.deepcopy(extra or {}))
+    return values
 
 
-def train_method(manifest: Path, method: str, run_dir: Path, overrides: list[str]
-                 ) -> dict[str, Any]:
-    """Train one preset, evaluate it on the test split; returns its results record."""
+def train_method(manifest: Path, method: str, run_dir: Path, settings: dict[str, Any],
+                 log: Callable[[str], None] = lambda m: None,
+                 overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+    """Train one preset on one fold, score its test split; returns the fold's record.
+
+    ``log`` gets the trainer's lines (one per epoch). The record holds the held-out
+    per-subject predictions, the validation AUC that chose the model, and for nnPU-type
+    losses the share of batches where the non-negative correction fired.
+    """
     import pandas as pd
 
+    from adni_pu.pu.metrics import binary_metrics
     from adni_pu.workflows.evaluate import evaluate_run
     from adni_pu.workflows.train import load_volume_config, train_volumes
 
     tic = time.perf_counter()
-    cfg = load_volume_config(None, overrides, preset=method)
-    fit = train_volumes(manifest, cfg, run_dir, log=lambda m: None)
-    result = evaluate_run(run_dir, "test")
-    preds = pd.read_csv(run_dir / "evaluation" / "test" / "predictions_scans.csv")
+    cfg = load_volume_config(None, list(overrides), preset=method, values=settings)
+    fit = train_volumes(manifest, cfg, run_dir, log=log)
+    evaluate_run(run_dir, "test", n_boot=0)
+    subjects = pd.read_csv(run_dir / "evaluation" / "test" / "predictions_subjects.csv",
+                           dtype={"subject_id": str})
+    val = pd.read_csv(run_dir / "val_predictions.csv", dtype={"subject_id": str})
+    val = val.groupby("subject_id").agg(logit=("logit", "mean"), truth=("truth", "first"))
+    history = pd.read_csv(run_dir / "metrics.csv")
+    fired = [c for c in history.columns if c.endswith("/nn_correction")]
     return {"best_epoch": fit.best_epoch + 1, "candidate": fit.best_candidate,
-            "metrics": result["scan_level"], "subject_metrics": result["subject_level"],
-            "n_scored": result["n_scans_scored"],
-            "n_unknown": result["n_subjects_unknown_truth"],
             "seconds": time.perf_counter() - tic,
-            "logits": preds["logit"].tolist(), "truth": preds["truth"].tolist()}
+            "val_auc": binary_metrics(val["logit"].to_numpy(), val["truth"].to_numpy())["auc"],
+            "nn_correction": float(history[fired].to_numpy().mean()) if fired else None,
+            "nn_correction_column": fired[0] if fired else None,
+            "predictions": subjects[["subject_id", "logit", "truth"]].to_dict("records")}
+
+
+def reference_scores(out: Path, synth_dir: Path, fold_paths: list[Path], scored: Any,
+                     n_boot: int) -> dict[str, dict[str, Any]]:
+    """The reference lines on the same folds: logistic regression on two volumes measured
+    on the preprocessed scans, and the generator's true hippocampal loss."""
+    import pandas as pd
+
+    from adni_pu.cohort import read_manifest
+    from adni_pu.workflows.crossval import logistic_reference, pooled_metrics, volume_features
+
+    frames = [read_manifest(p) for p in fold_paths]
+    cache = out / "volume_features.csv"
+    paths = sorted(set(frames[0]["scan_path"].astype(str)))
+    features = pd.read_csv(cache) if cache.is_file() else None
+    if features is None or sorted(features["scan_path"]) != paths:
+        features = volume_features(paths)
+        fileio.atomic_write_text(cache, features.to_csv(index=False))
+    for frame in frames:
+        frame["scan_path"] = frame["scan_path"].astype(str)
+    logistic = pd.concat([logistic_reference(f, features) for f in frames], ignore_index=True)
+    truth = pd.read_csv(synth_dir / "truth_scans.csv", dtype={"subject_id": str})
+    signal = truth.groupby("subject_id")["hippocampal_loss"].mean().rename("logit")
+    true = scored[["subject_id", "truth"]].merge(signal.reset_index(), on="subject_id")
+    return {name: {"pooled": pooled_metrics(preds, n_boot), "predictions":
+                   preds[["subject_id", "logit", "truth"]].to_dict("records")}
+            for name, preds in (("logistic regression on 2 volumes", logistic),
+                                ("generator truth: hippocampal loss", true))}
+
+
+def pool_method(folds: list[dict[str, Any]], n_boot: int) -> dict[str, Any]:
+    """One method's fold records -> pooled held-out metrics and summaries."""
+    import numpy as np
+    import pandas as pd
+
+    from adni_pu.workflows.crossval import pooled_metrics
+
+    preds = pd.DataFrame([p for f in folds for p in f["predictions"]])
+    shares = [f["nn_correction"] for f in folds if f["nn_correction"] is not None]
+    val = [f["val_auc"] for f in folds if not np.isnan(f["val_auc"])]
+    return {"pooled": pooled_metrics(preds, n_boot), "folds": folds,
+            "seconds": sum(f["seconds"] for f in folds),
+            "val_auc": float(np.mean(val)) if val else float("nan"),
+            "nn_correction": float(np.mean(shares)) if shares else None,
+            "nn_correction_column": folds[0]["nn_correction_column"],
+            "predictions": preds.to_dict("records")}
 
 
 def run_demo(settings: DemoSettings, log: Callable[[str], None] = print) -> Path:
     """Run every stage (each resumes if its output is already there); return report.md."""
     import numpy as np
+    import pandas as pd
 
-    from adni_pu.cohort import counts_table
-    from adni_pu.pu.metrics import format_ci
+    from adni_pu.cohort import counts_table, read_manifest
     from adni_pu.pu.plots import roc_plot
-    from adni_pu.workflows.evaluate import METRICS
+    from adni_pu.workflows.crossval import fold_manifests
+    from adni_pu.workflows.demo_report import render_report
 
     out = settings.out
     out.mkdir(parents=True, exist_ok=True)
@@ -221,60 +335,53 @@ def run_demo(settings: DemoSettings, log: Callable[[str], None] = print) -> Path
     times["preprocess"] = time.perf_counter() - tic
     tic = time.perf_counter()
     cohort, manifest = cohort_stage(out / "cohort", synth_dir, summary_path, settings.seed, log)
-    counts = counts_table(cohort.manifest)
+    fold_paths = fold_manifests(read_manifest(manifest), settings.folds, settings.seed,
+                                out / "cohort" / "folds")
     times["cohort"] = time.perf_counter() - tic
 
-    extra, prior_note, _ = demo_prior(cohort.manifest)
-    results: dict[str, dict[str, Any]] = {}
-    for i, method in enumerate(settings.methods):
-        log(f"[4/5] training {method} ({i + 1}/{len(settings.methods)}, "
-            f"{settings.epochs} epochs)")
-        overrides = method_overrides(method, settings.epochs, settings.seed, settings.threads,
-                                     out / "cache", [*extra, *settings.overrides])
-        results[method] = train_method(manifest, method, out / "runs" / method, overrides)
-        times[f"train+evaluate {method}"] = results[method]["seconds"]
-    curves = {m: (np.asarray(r["logits"]), np.asarray(r["truth"])) for m, r in results.items()}
-    roc_plot(None, None, out / "roc.png", title="test split", curves=curves)  # type: ignore[arg-type]
+    tic = time.perf_counter()
+    n_runs = settings.folds * len(settings.methods)
+    log(f"[4/5] training {', '.join(settings.methods)} on {settings.folds} folds "
+        f"({n_runs} runs of {settings.epochs} epochs)")
+    progress = StageProgress(n_runs * settings.epochs, log, "epoch")
+    folds: dict[str, list[dict[str, Any]]] = {m: [] for m in settings.methods}
+    priors = []
+    for k, path in enumerate(fold_paths):
+        extra, prior_note, prior = demo_prior(read_manifest(path))
+        priors.append((prior, prior_note))
+        for method in settings.methods:
+            def fold_log(msg: str, where: str = f"{method} fold {k + 1}/{settings.folds}"
+                         ) -> None:
+                if msg.startswith("epoch "):
+                    progress.step(f"({where}, {msg.removeprefix('epoch ')})")
+                else:
+                    log(f"      {where}: {msg}")
+
+            values = method_settings(settings.epochs, settings.seed, settings.threads,
+                                     out / "cache", extra)
+            folds[method].append(train_method(path, method, out / "runs" / method / f"fold{k}",
+                                              values, fold_log, settings.overrides))
+    results = {m: pool_method(f, settings.bootstrap) for m, f in folds.items()}
+    for method, r in results.items():
+        times[f"train+evaluate {method}"] = r["seconds"]
+    first = pd.DataFrame(next(iter(results.values()))["predictions"])
+    references = reference_scores(out / "cohort", synth_dir, fold_paths, first,
+                                  settings.bootstrap)
+    curves = {m: (np.asarray([p["logit"] for p in r["predictions"]], float),
+                  np.asarray([p["truth"] for p in r["predictions"]], float))
+              for m, r in {**results, **references}.items()}
+    roc_plot(None, None, out / "roc.png", title="held-out subjects, all folds",  # type: ignore[arg-type]
+             curves=curves)
     times["total"] = time.perf_counter() - start
 
-    # 5. report
     log("[5/5] writing the report")
-    lines = ["# adni-pu demo", "",
-             f"Synthetic ADNI-like cohort of {settings.subjects} subjects (seed "
-             f"{settings.seed}), preprocessing: **{settings.preprocessing}**, "
-             f"{settings.epochs} epochs per method. Small data and a small budget: the numbers "
-             "show the workflow, not the methods' accuracy (a dozen test subjects; see "
-             "\"Demo\" in docs/training.md of adni-pu, and benchmarks/demo_cohort.py for "
-             "a comparison on 240 subjects over seeds).", "",
-             "## Results on the test subjects", "",
-             "Point estimate [95 % CI, percentile bootstrap over subjects, 1000 resamples].", "",
-             "| method | " + " | ".join(m.replace("_", " ") for m in METRICS)
-             + " | selected | seconds |",
-             "|---|" + "---|" * (len(METRICS) + 2)]
-    for method, r in results.items():
-        cells = [format_ci(r["metrics"][m]) for m in METRICS]
-        lines.append(f"| {method} | " + " | ".join(cells)
-                     + f" | {r['candidate']} @ {r['best_epoch']} | {r['seconds']:.0f} |")
-    first = next(iter(results.values()))
-    lines += ["", f"{first['n_scored']} test scans with known truth; {first['n_unknown']} "
-              "test subject(s) left out for unknown truth.", "", "![ROC](roc.png)", "",
-              "## Cohort", "", f"Preprocessing: {prep_note}.", "",
-              f"Class prior used: {prior_note}.", "",
-              "```\n" + counts.to_string(index=False) + "\n```", "",
-              "Full cohort report: `cohort/cohort_report.md`.", "",
-              "## Time per stage (seconds)", "", "| stage | seconds |", "|---|---|"]
-    lines += [f"| {k} | {v:.1f} |" for k, v in times.items()]
-    lines += ["", "## Files", "",
-              "- `synth/`: raw BIDS scans, ADNIMERGE-style table, truth",
-              "- `preprocessed/`: `adni-pu preprocess` output (real preprocessing only)",
-              "- `cohort/`: manifest and cohort report",
-              "- `runs/<method>/`: run folders (training curves `curves.png`, "
-              "`evaluation/test/report.md`)", ""]
+    counts = counts_table(read_manifest(fold_paths[0]))
     report = out / "report.md"
-    cfgmod.atomic_write_text(report, "\n".join(lines))
-    cfgmod.atomic_write_text(out / "demo.json", json.dumps(
-        {"settings": cfgmod.to_dict(settings), "times_s": times,
-         "results": results},
-        indent=2, default=str) + "\n")
+    fileio.atomic_write_text(report, render_report(
+        settings=settings, results=results, references=references, times=times,
+        prep_note=prep_note, priors=priors, counts=counts.to_string(index=False)))
+    fileio.atomic_write_text(out / "demo.json", json.dumps(
+        {"settings": cfgmod.to_dict(settings), "times_s": times, "results": results,
+         "references": references}, indent=2, default=str) + "\n")
     log(f"done in {times['total']:.0f} s")
     return report
