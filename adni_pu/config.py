@@ -8,6 +8,8 @@ expected and what was found, and writes the resolved settings back as TOML.
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import dataclasses
 import json
 import types
@@ -183,6 +185,41 @@ def _plain(values: dict[str, Any]) -> dict[str, Any]:
     """A deep copy of ``values`` with paths as text, as a TOML file would give them."""
     return {k: _plain(v) if isinstance(v, dict) else str(v) if isinstance(v, Path) else v
             for k, v in values.items()}
+
+
+def preset_choice(path: str | Path | None, overrides: list[str] | None, preset: str | None,
+                  default: str, values: dict[str, Any] | None = None) -> str:
+    """Which preset a settings request names; the one rule for every settings type.
+
+    In order of precedence: ``preset`` (a ``--preset`` option), the last ``preset=``
+    override, ``values["preset"]``, the file's ``preset`` key, ``default``. A file that
+    cannot be read is left to :func:`load`, which reports it.
+    """
+    if preset is not None:
+        return preset
+    name: Any = default
+    if path is not None and Path(path).is_file():
+        with contextlib.suppress(tomllib.TOMLDecodeError):
+            name = tomllib.loads(Path(path).read_text()).get("preset", name)
+    if values and "preset" in values:
+        name = values["preset"]
+    for text in overrides or []:
+        keys, value = parse_override(text)
+        if keys == ["preset"]:
+            name = value
+    return name
+
+
+def preset_table(presets: dict[str, Any], name: Any) -> Any:
+    """A copy of ``presets[name]``, or a :class:`ConfigError` naming the known presets."""
+    if not isinstance(name, str) or name not in presets:
+        raise ConfigError(f"preset {name!r}: expected one of {sorted(presets)}")
+    return copy.deepcopy(presets[name])
+
+
+def without_preset(overrides: list[str] | None) -> list[str]:
+    """The overrides minus any ``preset=`` (when a ``--preset`` option decides it)."""
+    return [o for o in overrides or [] if parse_override(o)[0] != ["preset"]]
 
 
 def deep_update(base: dict[str, Any], new: dict[str, Any]) -> None:

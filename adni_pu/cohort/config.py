@@ -7,15 +7,12 @@ settings are written next to the manifest, so the same file rebuilds the same co
 
 from __future__ import annotations
 
-import contextlib
 import copy
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import tomllib
-
-from adni_pu import config as _config
+from adni_pu import config as cfgmod
 from adni_pu.errors import ConfigError
 
 #: Amyloid tracers known to the builder (ADNIMERGE column names).
@@ -333,21 +330,9 @@ def load_cohort_config(
     The preset is, in order of precedence: ``preset``, a ``preset=`` override, the file's
     ``preset`` key, ``"paper"``.
     """
-    name = "paper"
-    if path is not None and Path(path).is_file():
-        # A broken file is reported properly by config.load below.
-        with contextlib.suppress(tomllib.TOMLDecodeError):
-            name = tomllib.loads(Path(path).read_text()).get("preset", name)
-    for text in overrides or []:
-        keys, value = _config.parse_override(text)
-        if keys == ["preset"]:
-            name = value
-    if preset is not None:
-        name = preset
-    if not isinstance(name, str) or name not in PRESETS:
-        raise _config.ConfigError(f"preset {name!r}: expected one of {sorted(PRESETS)}")
-    defaults = {"preset": name, "labels": copy.deepcopy(PRESETS[name])}
-    extra = list(overrides or [])
-    if preset is not None:
-        extra.append(f'preset="{preset}"')
-    return _config.load(CohortConfig, path, extra, defaults=defaults)
+    name = cfgmod.preset_choice(path, overrides, preset, "paper")
+    defaults = {"preset": name, "labels": cfgmod.preset_table(PRESETS, name)}
+    if preset is None:
+        return cfgmod.load(CohortConfig, path, overrides, defaults=defaults)
+    return cfgmod.load(CohortConfig, path, cfgmod.without_preset(overrides), defaults,
+                        values={"preset": preset})

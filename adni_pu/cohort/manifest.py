@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from adni_pu import config as _config
+from adni_pu import config as cfgmod
 from adni_pu.cohort.amyloid import (
     add_centiloids,
     combine_measures,
@@ -390,7 +390,7 @@ def _write_cohort_files(cohort: Cohort, out_dir: Path, render: bool) -> dict[str
     manifest = _paths_for_output(cohort.manifest, out_dir, cfg.output.scan_paths)
     name = "manifest.parquet" if cfg.output.format == "parquet" else "manifest.csv"
     paths: dict[str, Path] = {}
-    paths["config"] = _config.save(cfg, out_dir / "cohort_config.toml")
+    paths["config"] = cfgmod.save(cfg, out_dir / "cohort_config.toml")
     paths["subjects"] = atomic_write_text(out_dir / "subjects.csv", _csv_text(cohort.subjects))
     paths["excluded"] = atomic_write_text(out_dir / "excluded.csv", _csv_text(cohort.excluded))
     paths["quality"] = atomic_write_text(out_dir / "quality.csv",

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from adni_pu.config import preset_table
 from adni_pu.errors import ConfigError
 
 BRANCHES: tuple[str, str, str] = ("brain", "hipp_l", "hipp_r")
@@ -127,7 +128,5 @@ def _triple(value: int | Sequence[int], name: str) -> tuple[int, int, int]:
 
 def build_cnn3d(preset: str = "paper", **overrides: Any) -> nn.Module:
     """The 3-branch 3D CNN from a preset (``paper``, ``wide``, ``deep``) plus overrides."""
-    if preset not in PRESETS:
-        raise ConfigError(f"preset {preset!r}: expected one of {sorted(PRESETS)}")
-    kwargs = {**PRESETS[preset], **overrides}
+    kwargs = {**preset_table(PRESETS, preset), **overrides}
     return ThreeBranchCNN3D(**kwargs)

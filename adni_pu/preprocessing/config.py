@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from adni_pu import config as _config
+from adni_pu import config as cfgmod
 from adni_pu.errors import ConfigError
 
 #: Bumped when the pipeline's code changes what it writes, so old outputs are redone.
@@ -270,7 +270,7 @@ def settings_hash(cfg: PreprocessConfig) -> str:
     The runner and discovery settings are left out: they decide which scans run and
     where, not what a scan's outputs are.
     """
-    data = _config.to_dict(cfg)
+    data = cfgmod.to_dict(cfg)
     data.pop("runner", None)
     data.pop("discovery", None)
     data["pipeline_version"] = PIPELINE_VERSION
@@ -282,4 +282,4 @@ def load_config(
     path: str | Path | None = None, overrides: list[str] | None = None
 ) -> PreprocessConfig:
     """Settings from an optional TOML file plus ``key=value`` overrides."""
-    return _config.load(PreprocessConfig, path, overrides)
+    return cfgmod.load(PreprocessConfig, path, overrides)

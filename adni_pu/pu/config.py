@@ -6,10 +6,10 @@ Every method (naive PN, uPU, nnPU, Self-PU and each ablation row) is a configura
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from adni_pu import config as cfgmod
 from adni_pu.errors import ConfigError
 
 Method = Literal["naive", "upu", "nnpu", "selfpu"]
@@ -188,6 +188,4 @@ PRESET_DESCRIPTIONS: dict[str, str] = {
 
 def preset_settings(name: str) -> dict[str, Any]:
     """The settings (as a nested dict) of preset ``name``."""
-    if name not in PRESETS:
-        raise ConfigError(f"preset {name!r}: expected one of {sorted(PRESETS)}")
-    return copy.deepcopy(PRESETS[name])
+    return cfgmod.preset_table(PRESETS, name)

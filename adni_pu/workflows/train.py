@@ -139,16 +139,11 @@ def load_volume_config(path: str | Path | None = None, overrides: list[str] | No
             raise cfgmod.ConfigError(f"{path}: not valid TOML ({exc})") from exc
     overrides = list(overrides or [])
     values = dict(values or {})
-    name = values.get("preset", file_data.get("preset", "selfpu"))
-    prior_given = "prior" in file_data or "prior" in values
-    for text in overrides:
-        keys, value = cfgmod.parse_override(text)
-        if keys == ["preset"]:
-            name = value
-        prior_given = prior_given or keys == ["prior"]
+    name = cfgmod.preset_choice(path, overrides, preset, "selfpu", values)
+    prior_given = ("prior" in file_data or "prior" in values
+                   or any(cfgmod.parse_override(o)[0] == ["prior"] for o in overrides))
     if preset is not None:
-        name = preset
-        overrides = [o for o in overrides if cfgmod.parse_override(o)[0] != ["preset"]]
+        overrides = cfgmod.without_preset(overrides)
         values["preset"] = preset
     try:
         train_defaults = cfgmod.to_dict(_default_train())
