@@ -47,8 +47,8 @@ app = typer.Typer(
     context_settings={"max_content_width": 100},
 )
 
-_VERBS: tuple[str, ...] = ("benchmark", "preprocess", "cohort", "train", "evaluate", "predict",
-                           "demo")
+_VERBS: tuple[str, ...] = ("benchmark", "preprocess", "qc", "cohort", "train", "evaluate",
+                           "predict", "demo")
 
 
 def package_version() -> str:
