@@ -35,6 +35,7 @@ from torch.utils.data import Dataset
 
 from adni_pu import atlas
 from adni_pu.errors import ConfigError, ManifestError
+from adni_pu.fileio import atomic_write_text
 
 BRANCH_KEYS: tuple[str, str, str] = ("brain", "hipp_l", "hipp_r")
 MANIFEST_COLUMNS: tuple[str, ...] = ("subject_id", "session_id", "scan_path", "pu_label",
@@ -178,10 +179,7 @@ def hippocampus_box_record(config: VolumeDataConfig | None = None) -> dict[str, 
 
 def save_hippocampus_boxes(config: VolumeDataConfig, path: str | Path) -> Path:
     """Write :func:`hippocampus_box_record` as JSON (e.g. into a run folder)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(hippocampus_box_record(config), indent=2) + "\n")
-    return path
+    return atomic_write_text(path, json.dumps(hippocampus_box_record(config), indent=2) + "\n")
 
 
 # --------------------------------------------------------------------------- deterministic stage

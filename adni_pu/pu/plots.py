@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from adni_pu.fileio import atomic_write
+
 
 def _series(history: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
     xs, ys = [], []
@@ -20,9 +22,7 @@ def _series(history: list[dict[str, Any]], key: str) -> tuple[list[int], list[fl
 
 
 def _save(fig: Any, path: Path) -> None:
-    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
-    fig.savefig(tmp, dpi=110, bbox_inches="tight")
-    tmp.replace(path)
+    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight"))
 
 
 def plot_training(history: list[dict[str, Any]], run_dir: Path, criterion: str) -> list[Path]:
@@ -95,7 +95,6 @@ def roc_plot(scores: np.ndarray, truth: np.ndarray, path: Path, title: str = "",
            ylim=(-0.01, 1.01), title=title)
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
     plt.close(fig)
     return path

@@ -29,7 +29,6 @@ Run folder::
 from __future__ import annotations
 
 import json
-import shutil
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -376,10 +375,10 @@ def train_volumes(manifest: str | Path, config: VolumeTrainConfig, out: str | Pa
         per = frame.groupby("subject_id").agg(
             split=("split", "first"), n_scans=("scan_path", "size"),
             pu_label=("pu_label", "max"), truth_known=("truth", lambda t: bool(t.notna().any())))
-        per.reset_index().to_csv(out / "splits.csv", index=False)
+        atomic_write_text(out / "splits.csv", per.reset_index().to_csv(index=False))
         prep = _find_preprocess_config(_scan_paths(frame, mpath.parent))
         if prep is not None:
-            shutil.copyfile(prep, out / "preprocess_config.toml")
+            atomic_write_text(out / "preprocess_config.toml", prep.read_text())
         info = {"manifest": str(mpath), "manifest_sha256": sha, "preset": config.preset,
                 "prior": prior_info, "settings": _fingerprint(config),
                 "preprocess_config": str(prep) if prep is not None else None,
