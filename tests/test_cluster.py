@@ -259,6 +259,6 @@ def test_sbatch_train_runs_torchrun_on_every_gpu(tmp_path, fake_apptainer) -> No
     assert args[:4] == ["--standalone", "--nproc_per_node", "gpu", "--no-python"]
     assert args[4] == "adni-pu"
     cli = args[5:]
-    assert cli == ["train", "--manifest", "/runs/cohort", "--out", "/runs/train/selfpu", "--set",
+    assert cli == ["train", "/runs/cohort", "/runs/train/selfpu", "--set",
                    'train.device="cuda"', "--preset", "selfpu"]
     assert CliRunner().invoke(app, [*cli, "--help"]).exit_code == 0

@@ -208,6 +208,8 @@ def test_compose_commands_are_valid_cli_calls() -> None:
         args = [re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", a) for a in svc["command"]]
         res = runner.invoke(app, args + ["--help"])
         assert res.exit_code == 0, (name, args, res.output)
+        deprecated = {"--manifest", "--out", "--clinical", "--scans"} & set(args)
+        assert not deprecated, (name, "deprecated spelling", deprecated)
     res = runner.invoke(app, ["evaluate", "/runs/x", "--no-such-option", "--help"])
     assert res.exit_code == 2
 

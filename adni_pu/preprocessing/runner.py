@@ -19,6 +19,7 @@ import io
 import os
 import re
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -89,6 +90,8 @@ def _worker_init(threads: int, parent: int | None = None) -> None:
     configure_threads(threads)
     if parent is not None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group
+        # terminated by the main process: unwind (finally blocks remove temporary folders)
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
         threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
 
 
@@ -218,6 +221,14 @@ def run_preprocessing(
                                runner.threads_per_worker, collect, runner.progress)
     except PreprocessInterrupted as stop:
         stop.finished, stop.total = len(rows), len(scans)
+        # the scans cut short keep a row, so a merged (sharded) summary.csv still lists
+        # them, as not usable, instead of losing them without a trace
+        seen = {(r["subject_id"], r["session_id"]) for r in rows}
+        rows.extend({**scan.summary_fields(), "status": "interrupted", "preprocessed_path": "",
+                     "error": f"interrupted by {signal.Signals(stop.signum).name} before it "
+                              "finished; rerun "
+                              "the command to process it", "seconds": 0.0}
+                    for scan in todo if (scan.subject_id, scan.session_id) not in seen)
         stop.summary_path = write_summary(_summary_frame(rows, scans, left_out), output,
                                            runner.shard)
         raise
