@@ -12,8 +12,8 @@ See docs/cohort.md for the inputs, the presets and settings, and the manifest sc
 
 from adni_pu.cohort.amyloid import load_amyloid_tables, read_amyloid_table
 from adni_pu.cohort.config import (
+    LABEL_PRESETS,
     PRESET_DESCRIPTIONS,
-    PRESETS,
     AmyloidSettings,
     CohortConfig,
     LabelSettings,
@@ -44,7 +44,7 @@ from adni_pu.cohort.suvr import CORTICAL_COMPOSITE, SuvrError, compute_suvr, suv
 from adni_pu.cohort.tables import normalise_diagnosis, normalise_subject_id, normalise_visit
 
 __all__ = [
-    "AmyloidSettings", "CORTICAL_COMPOSITE", "MANIFEST_COLUMNS", "PRESETS",
+    "AmyloidSettings", "CORTICAL_COMPOSITE", "MANIFEST_COLUMNS", "LABEL_PRESETS",
     "PRESET_DESCRIPTIONS", "Cohort", "CohortConfig", "CohortInputError", "Issue",
     "LabelSettings", "LeakageError", "MatchingSettings", "QualityReport", "SplitSettings",
     "SuvrError", "assert_manifest_no_leakage", "assert_no_leakage", "assign_splits",

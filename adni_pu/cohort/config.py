@@ -273,12 +273,12 @@ class CohortConfig:
     check_scan_files: bool = True
 
     def __post_init__(self) -> None:
-        if self.preset not in PRESETS:
-            raise ConfigError(f"preset {self.preset!r}: expected one of {sorted(PRESETS)}")
+        if self.preset not in LABEL_PRESETS:
+            raise ConfigError(f"preset {self.preset!r}: expected one of {sorted(LABEL_PRESETS)}")
 
 
 #: Label presets: the defaults each one gives to :class:`LabelSettings`.
-PRESETS: dict[str, dict[str, Any]] = {
+LABEL_PRESETS: dict[str, dict[str, Any]] = {
     "paper": {
         "positive_diagnoses": ["AD", "Dementia"],
         "include_diagnoses": [],
@@ -331,7 +331,7 @@ def load_cohort_config(
     ``preset`` key, ``"paper"``.
     """
     name = cfgmod.preset_choice(path, overrides, preset, "paper")
-    defaults = {"preset": name, "labels": cfgmod.preset_table(PRESETS, name)}
+    defaults = {"preset": name, "labels": cfgmod.preset_table(LABEL_PRESETS, name)}
     if preset is None:
         return cfgmod.load(CohortConfig, path, overrides, defaults=defaults)
     return cfgmod.load(CohortConfig, path, cfgmod.without_preset(overrides), defaults,

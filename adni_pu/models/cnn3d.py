@@ -19,7 +19,7 @@ from adni_pu.errors import ConfigError
 
 BRANCHES: tuple[str, str, str] = ("brain", "hipp_l", "hipp_r")
 
-PRESETS: dict[str, dict[str, Any]] = {
+CNN3D_PRESETS: dict[str, dict[str, Any]] = {
     # The paper: two conv blocks of 16 and 32 channels, FC 256.
     "paper": {"channels": (16, 32), "hidden": 256},
     # Twice the channels: more capacity at the same depth.
@@ -128,5 +128,5 @@ def _triple(value: int | Sequence[int], name: str) -> tuple[int, int, int]:
 
 def build_cnn3d(preset: str = "paper", **overrides: Any) -> nn.Module:
     """The 3-branch 3D CNN from a preset (``paper``, ``wide``, ``deep``) plus overrides."""
-    kwargs = {**preset_table(PRESETS, preset), **overrides}
+    kwargs = {**preset_table(CNN3D_PRESETS, preset), **overrides}
     return ThreeBranchCNN3D(**kwargs)

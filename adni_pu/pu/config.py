@@ -1,7 +1,7 @@
 """Settings of the one PU trainer, and the named presets of the paper's ablation table.
 
 Every method (naive PN, uPU, nnPU, Self-PU and each ablation row) is a configuration of
-:class:`TrainConfig`; :data:`PRESETS` maps a row name to the settings that make it.
+:class:`TrainConfig`; :data:`TRAINING_PRESETS` maps a row name to the settings that make it.
 """
 
 from __future__ import annotations
@@ -151,7 +151,7 @@ _NO_DISTILL = {"student_consistency": "none", "teachers": False}
 _ONE = {"rates": [0.3], **_NO_DISTILL}
 
 # The rows of Table 1 of the paper, plus the baselines and the published-code variant.
-PRESETS: dict[str, dict[str, Any]] = {
+TRAINING_PRESETS: dict[str, dict[str, Any]] = {
     "naive": {"method": "naive"},
     "upu": {"method": "upu"},
     "nnpu": {"method": "nnpu"},
@@ -188,4 +188,4 @@ PRESET_DESCRIPTIONS: dict[str, str] = {
 
 def preset_settings(name: str) -> dict[str, Any]:
     """The settings (as a nested dict) of preset ``name``."""
-    return cfgmod.preset_table(PRESETS, name)
+    return cfgmod.preset_table(TRAINING_PRESETS, name)

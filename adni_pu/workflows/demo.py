@@ -83,11 +83,11 @@ class DemoSettings:
         if self.preprocessing not in ("real", "ideal"):
             raise ConfigError(f"preprocessing: expected 'real' or 'ideal', found "
                              f"{self.preprocessing!r}")
-        from adni_pu.pu.config import PRESETS
+        from adni_pu.pu.config import TRAINING_PRESETS
 
-        unknown = [m for m in self.methods if m not in PRESETS]
+        unknown = [m for m in self.methods if m not in TRAINING_PRESETS]
         if not self.methods or unknown:
-            raise ConfigError(f"methods: expected training presets from {sorted(PRESETS)}, "
+            raise ConfigError(f"methods: expected training presets from {sorted(TRAINING_PRESETS)}, "
                              f"found {list(self.methods)}")
         self.out = Path(self.out)
 
