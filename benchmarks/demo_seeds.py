@@ -90,7 +90,7 @@ def main() -> None:
             seed=rec["settings"]["seed"]) for rec in records.values()]) for m in (a, b)}
         d = paired_difference(frames[a], frames[b])
         paired.append({"pair": f"{a} - {b}", **d})
-    lines = [f"# adni-pu demo over {len(summary)} seeds", "",
+    lines = [f"# adni-pu demo over {len(summary)} seed(s)", "",
              "Every method's AUC [95 % CI, percentile bootstrap over subjects] on the pooled "
              "held-out subjects of the seed's cross-validation; reference lines in italics. "
              "Command per seed: `adni-pu demo --out runs/demo-seed<N> --seed <N>` (the README's "

@@ -59,7 +59,8 @@ def test_reduced_demo_runs_end_to_end_and_resumes(tmp_path):
     assert set(pd.read_csv(out / "preprocessed" / "summary.csv").status) == {"skipped"}
 
     # the same folder with another cohort size is refused, not mixed
-    other = CliRunner().invoke(app, ["demo", "--subjects", "13", "--out", str(out)])
+    other = CliRunner().invoke(app, ["demo", "--subjects", "13", "--folds", "2",
+                                     "--out", str(out)])
     assert other.exit_code == 2 and "choose another --out" in other.output
 
 
@@ -73,5 +74,5 @@ def test_demo_refuses_an_unknown_method_before_any_work(tmp_path):
 def test_demo_refuses_a_cohort_too_small_to_split(tmp_path):
     result = CliRunner().invoke(app, ["demo", "--subjects", "5", "--out", str(tmp_path)])
     assert result.exit_code == 2
-    assert "subjects=5" in result.output and "at least 24" in result.output
+    assert "subjects=5" in result.output and "at least 18" in result.output
     assert not any(tmp_path.iterdir())  # nothing written

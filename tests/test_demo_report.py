@@ -132,6 +132,10 @@ def test_report_explains_coinciding_methods_and_a_correction_that_never_fired():
     assert "`train/model/nn_correction`" in text
     assert "selfpu's non-negative correction (of its nnPU risk) fired in 25.0 %" in text
     assert "6 subjects with a known truth (3 amyloid-positive), 1 without" in text
+    assert "**Threshold.**" not in text
+    everyone = {"naive": _result([1.0, 1.0, 2.0, 0.5, 3.0, 0.2, 0.0], truth)}
+    assert "naive called every scored subject with a negative truth positive" in "\n".join(
+        explanation(settings, everyone, refs))
     report = render_report(settings, results, refs, {"total": 3.0}, "7 of 7 scans", [(0.5, "x")],
                            "counts")
     assert "| upu | 1.000 [" in report

@@ -21,7 +21,8 @@ def demo(
     preprocessing: Annotated[str, typer.Option(
         help="real (the adni-pu preprocess pipeline) or ideal (the generator's perfect "
              "model-grid volumes; a fallback that skips preprocessing)")] = _DEMO.preprocessing,
-    epochs: Annotated[int, typer.Option(help="training epochs per method")] = _DEMO.epochs,
+    epochs: Annotated[int, typer.Option(
+        help="training epochs per run (a method on a fold)")] = _DEMO.epochs,
     methods: Annotated[str, typer.Option(help="comma-separated training presets")
                        ] = ",".join(_DEMO.methods),
     folds: Annotated[int, typer.Option(

@@ -93,6 +93,13 @@ def explanation(settings: Any, results: dict[str, dict[str, Any]],
     paras.append("**Reference lines** on the same subjects and folds: " + "; ".join(ref_text)
                  + ". " + verdict)
     paras.append(_coincidence_text(results))
+    all_positive = [m for m, r in results.items()
+                    if r["pooled"]["metrics"]["specificity"]["value"] == 0.0]
+    if all_positive:
+        paras.append("**Threshold.** " + ", ".join(all_positive) + " called every scored "
+                     "subject with a negative truth positive (specificity 0 at logit 0): the "
+                     "class prior is high when most training subjects are labelled positives "
+                     "(see \"Cohort\"); the AUC does not depend on the threshold.")
     return paras
 
 
