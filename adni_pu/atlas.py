@@ -22,6 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
+from adni_pu.errors import AtlasError
+
 MODEL_GRID_SHAPE: tuple[int, int, int] = (121, 145, 121)
 MODEL_GRID_SPACING: float = 1.5
 MODEL_GRID_ORIGIN: tuple[float, float, float] = (-90.0, -126.0, -72.0)
@@ -29,10 +31,6 @@ MODEL_GRID_ORIGIN: tuple[float, float, float] = (-90.0, -126.0, -72.0)
 CEREBELLUM_REGIONS: tuple[str, ...] = ("Cerebelum_*", "Vermis_*")
 HIPPOCAMPUS_LEFT: tuple[str, ...] = ("Hippocampus_L",)
 HIPPOCAMPUS_RIGHT: tuple[str, ...] = ("Hippocampus_R",)
-
-
-class AtlasError(RuntimeError):
-    """A bundled template or atlas file could not be found or read."""
 
 
 def _package_dir(name: str) -> Path:

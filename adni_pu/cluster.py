@@ -24,14 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from adni_pu.errors import ClusterError
 from adni_pu.preprocessing.config import PreprocessConfig
 
 # the merge is light: a few CSV files
 MERGE_PARAMS: dict[str, Any] = {"timeout_min": 30, "cpus_per_task": 1, "mem_gb": 4}
-
-
-class ClusterError(RuntimeError):
-    """A submission that cannot work as asked (bad shard count, missing shard summaries)."""
 
 
 @dataclass
@@ -143,7 +140,7 @@ def _train(manifest: str, out: str, config_path: str | None, preset: str | None,
         TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
     import os
 
-    from adni_pu.volume_run import load_volume_config, train_volumes
+    from adni_pu.workflows.train import load_volume_config, train_volumes
 
     cfg = load_volume_config(config_path, overrides, preset)
     fit = train_volumes(manifest, cfg, out)

@@ -8,10 +8,10 @@ expected and what was found, and writes the resolved settings back as TOML.
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import dataclasses
 import json
-import os
-import tempfile
 import types
 import typing
 from pathlib import Path
@@ -19,11 +19,10 @@ from typing import Any, TypeVar
 
 import tomllib
 
+from adni_pu.errors import ConfigError
+from adni_pu.fileio import atomic_write_text
+
 T = TypeVar("T")
-
-
-class ConfigError(ValueError):
-    """A settings file or override that cannot be used."""
 
 
 def _type_name(tp: Any) -> str:
@@ -155,10 +154,13 @@ def load(
     path: str | Path | None = None,
     overrides: list[str] | None = None,
     defaults: dict[str, Any] | None = None,
+    values: dict[str, Any] | None = None,
 ) -> T:
     """Load settings ``cls`` from an optional TOML file, then apply overrides.
 
-    Precedence (lowest first): dataclass defaults, ``defaults``, the file, ``overrides``.
+    Precedence (lowest first): dataclass defaults, ``defaults``, the file, ``values`` (a
+    nested dict of settings given as values by library code or CLI options: never turned
+    into ``KEY=VALUE`` text), ``overrides`` (the user's ``--set`` strings).
     """
     data: dict[str, Any] = json.loads(json.dumps(defaults or {}))
     where = "config"
@@ -172,10 +174,52 @@ def load(
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path}: not valid TOML ({exc})") from exc
         deep_update(data, file_data)
+    deep_update(data, _plain(values or {}))
     for text in overrides or []:
         keys, value = parse_override(text)
         merge(data, keys, value)
     return from_dict(cls, data, where)
+
+
+def _plain(values: dict[str, Any]) -> dict[str, Any]:
+    """A deep copy of ``values`` with paths as text, as a TOML file would give them."""
+    return {k: _plain(v) if isinstance(v, dict) else str(v) if isinstance(v, Path) else v
+            for k, v in values.items()}
+
+
+def preset_choice(path: str | Path | None, overrides: list[str] | None, preset: str | None,
+                  default: str, values: dict[str, Any] | None = None) -> str:
+    """Which preset a settings request names; the one rule for every settings type.
+
+    In order of precedence: ``preset`` (a ``--preset`` option), the last ``preset=``
+    override, ``values["preset"]``, the file's ``preset`` key, ``default``. A file that
+    cannot be read is left to :func:`load`, which reports it.
+    """
+    if preset is not None:
+        return preset
+    name: Any = default
+    if path is not None and Path(path).is_file():
+        with contextlib.suppress(tomllib.TOMLDecodeError):
+            name = tomllib.loads(Path(path).read_text()).get("preset", name)
+    if values and "preset" in values:
+        name = values["preset"]
+    for text in overrides or []:
+        keys, value = parse_override(text)
+        if keys == ["preset"]:
+            name = value
+    return name
+
+
+def preset_table(presets: dict[str, Any], name: Any) -> Any:
+    """A copy of ``presets[name]``, or a :class:`ConfigError` naming the known presets."""
+    if not isinstance(name, str) or name not in presets:
+        raise ConfigError(f"preset {name!r}: expected one of {sorted(presets)}")
+    return copy.deepcopy(presets[name])
+
+
+def without_preset(overrides: list[str] | None) -> list[str]:
+    """The overrides minus any ``preset=`` (when a ``--preset`` option decides it)."""
+    return [o for o in overrides or [] if parse_override(o)[0] != ["preset"]]
 
 
 def deep_update(base: dict[str, Any], new: dict[str, Any]) -> None:
@@ -218,19 +262,6 @@ def dumps_toml(data: dict[str, Any], _prefix: str = "") -> str:
     return out.strip() + "\n"
 
 
-def atomic_write_text(path: str | Path, text: str) -> Path:
-    """Write ``text`` to ``path`` through a temporary file in the same folder, then rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
 
 
 def save(obj: Any, path: str | Path) -> Path:

@@ -1,8 +1,8 @@
 """Multi-process training under ``torchrun`` with DistributedDataParallel.
 
 One process per GPU (or several CPU processes with the gloo backend). Every rank builds the
-same :class:`~adni_pu.pu.trainer.Trainer` from the same seed; :func:`attach` hands it a
-:class:`DistributedRun`, which
+same :class:`~adni_pu.pu.trainer.Trainer` from the same seed and passes it the
+:class:`DistributedRun` (``Trainer(..., distributed=run)``), which
 
 - gives each rank its share of every epoch's batches (the batch list is drawn from the seed
   and the epoch, so all ranks agree on it; its length is rounded up to a multiple of the
@@ -23,9 +23,7 @@ trigger DDP's all-reduce); the real step that follows is all-reduced as usual.
 Typical use (what ``adni-pu train`` does when started by ``torchrun``)::
 
     run = init_from_env()                 # None when not started by torchrun
-    trainer = Trainer(cfg, data, run_dir)
-    if run is not None:
-        attach(trainer, run)
+    trainer = Trainer(cfg, data, run_dir, distributed=run)
     trainer.fit()
 """
 
@@ -41,9 +39,7 @@ import numpy as np
 import torch
 from torch import nn
 
-
-class DistributedError(RuntimeError):
-    """A setting or a problem size that multi-process training cannot honour."""
+from adni_pu.errors import DistributedError
 
 
 def world_size_from_env() -> int:
@@ -91,17 +87,23 @@ class DistributedRun:
 
     # ---------------------------------------------------------------- models
 
-    def wrap(self, trainer: Any) -> None:
+    def check_device(self, device: torch.device) -> None:
+        """Refuse a backend that cannot reduce tensors on ``device`` (called by the trainer)."""
+        if device.type == "cuda" and self.backend != "nccl":
+            raise DistributedError(f"backend {self.backend!r} with CUDA tensors; use nccl")
+        if device.type == "cpu" and self.backend == "nccl":
+            raise DistributedError("backend 'nccl' needs CUDA; use gloo for CPU training")
+
+    def wrap(self, models: list[nn.Module], device: torch.device) -> None:
         """Wrap every student in DistributedDataParallel (called by ``Trainer.fit``)."""
         from torch.nn.parallel import DistributedDataParallel as DDP
 
-        device = trainer.device
         self.amp = self.amp and device.type == "cuda"
         self.wrappers = []
-        for st in trainer.students:
+        for model in models:
             ids = [device.index if device.index is not None else torch.cuda.current_device()
                    ] if device.type == "cuda" else None
-            self.wrappers.append(DDP(st.model, device_ids=ids, broadcast_buffers=False))
+            self.wrappers.append(DDP(model, device_ids=ids, broadcast_buffers=False))
 
     def forward(self, k: int, x: Any) -> torch.Tensor:
         """Training forward of student ``k`` through its DDP wrapper (autocast on CUDA)."""
@@ -112,12 +114,12 @@ class DistributedRun:
         return model(x)
 
     @torch.no_grad()
-    def sync_buffers(self, trainer: Any) -> None:
+    def sync_buffers(self, models: list[nn.Module]) -> None:
         """Average floating-point buffers (BatchNorm running statistics) over ranks."""
         import torch.distributed as dist
 
-        for st in trainer.students:
-            for buf in st.model.buffers():
+        for model in models:
+            for buf in model.buffers():
                 if buf.is_floating_point():
                     dist.all_reduce(buf, op=dist.ReduceOp.SUM)
                     buf.div_(self.world_size)
@@ -150,15 +152,6 @@ def init_from_env(backend: str = "auto", amp: bool = True) -> DistributedRun | N
         dist.init_process_group(backend=backend, rank=rank, world_size=world)
     return DistributedRun(rank, world, local_rank, backend, amp)
 
-
-def attach(trainer: Any, run: DistributedRun) -> Any:
-    """Make ``trainer`` train as one rank of ``run`` (before ``trainer.fit()``)."""
-    if trainer.device.type == "cuda" and run.backend != "nccl":
-        raise DistributedError(f"backend {run.backend!r} with CUDA tensors; use nccl")
-    if trainer.device.type == "cpu" and run.backend == "nccl":
-        raise DistributedError("backend 'nccl' needs CUDA; use gloo for CPU training")
-    trainer.ddp = run
-    return trainer
 
 
 def shutdown() -> None:

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from adni_pu import config as cfgmod
+from adni_pu import fileio
 from adni_pu.data.pu import make_pu_data
 from adni_pu.models.cnn13 import CNN13
 from adni_pu.provenance import machine_description, package_versions
@@ -74,7 +75,7 @@ def main() -> None:
         "versions": package_versions(),
         "results": {k: {n: round(v, 2) for n, v in d.items()} for k, d in sizes.items()},
     }
-    cfgmod.atomic_write_text(args.out, json.dumps(result, indent=2) + "\n")
+    fileio.atomic_write_text(args.out, json.dumps(result, indent=2) + "\n")
     print(json.dumps(result["results"], indent=2))
 
 

@@ -21,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from adni_pu import config as cfgmod
+from adni_pu import fileio
 from adni_pu.provenance import machine_description
 
 SCRIPT = Path(__file__).with_name("selfpu_cost.py")
@@ -70,7 +70,7 @@ def main() -> None:
         "a": {"checkout": str(args.a), "runs": runs["a"], "summary": summary("a")},
         "b": {"checkout": str(args.b), "runs": runs["b"], "summary": summary("b")},
     }
-    cfgmod.atomic_write_text(args.out, json.dumps(result, indent=2) + "\n")
+    fileio.atomic_write_text(args.out, json.dumps(result, indent=2) + "\n")
     print(json.dumps({s: result[s]["summary"] for s in ("a", "b")}, indent=2))
 
 

@@ -28,20 +28,21 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from adni_pu.config import atomic_write_text  # noqa: E402 - light; after the path above
+from adni_pu.fileio import atomic_write_text  # noqa: E402 - light; after the path above
 
 RESULTS = REPO / "benchmarks" / "results"
 METHODS = ("naive", "upu", "nnpu", "selfpu")
-# The generator settings of this benchmark's cohort: the demo's layout (3 mm, one scan per
-# subject) with milder disease effects than the demo's (which are exaggerated so that 48
-# subjects show signal), so the methods must learn from data volume.
+# The generator settings of this benchmark's cohort (results in benchmarks/results/cohort240-*
+# were made with them): the demo's layout (3 mm, one scan per subject), hippocampal atrophy
+# 0.6 (stronger than published ADNI effects, see docs/volumes.md "Effect sizes"; the demo
+# now uses 0.3), 25 % preclinical.
 BENCH_SYNTH = {"voxel_size": 3.0, "visit_probabilities": [1.0, 0.0, 0.0],
                "write_brain_masks": False, "hippocampal_atrophy": 0.6,
                "preclinical_fraction": 0.25}
 
 
 def _settings(args: argparse.Namespace):
-    from adni_pu.demo import DemoSettings
+    from adni_pu.workflows.demo import DemoSettings
 
     return DemoSettings(subjects=args.subjects, out=args.work, workers=args.workers,
                         threads=getattr(args, "threads", 1), seed=args.cohort_seed,
@@ -49,7 +50,7 @@ def _settings(args: argparse.Namespace):
 
 
 def prepare(args: argparse.Namespace) -> None:
-    from adni_pu.demo import generate_stage, preprocess_stage
+    from adni_pu.workflows.demo import generate_stage, preprocess_stage
 
     settings = _settings(args)
     settings.out.mkdir(parents=True, exist_ok=True)
@@ -76,10 +77,12 @@ def _latent_auc(run_dir: Path, synth_dir: Path) -> float:
 
 
 def run(args: argparse.Namespace) -> None:
+    import pandas as pd
     import torch
 
-    from adni_pu.demo import cohort_stage, demo_prior, method_overrides, train_method
     from adni_pu.provenance import provenance
+    from adni_pu.workflows.crossval import pooled_metrics
+    from adni_pu.workflows.demo import cohort_stage, demo_prior, method_settings, train_method
 
     torch.set_num_threads(args.threads)
     work = args.work
@@ -87,12 +90,14 @@ def run(args: argparse.Namespace) -> None:
     cohort, manifest = cohort_stage(work / f"cohort-seed{args.seed}", work / "synth",
                                     Path(info["summary"]), args.seed, print)
     extra, prior_note, prior = demo_prior(cohort.manifest)
-    overrides = method_overrides(args.method, args.epochs, args.seed, args.threads,
-                                 work / "cache", [*extra, *args.set])
+    settings = method_settings(args.epochs, args.seed, args.threads, work / "cache", extra)
     run_dir = work / "runs" / f"{args.method}-seed{args.seed}"
-    record = train_method(manifest, args.method, run_dir, overrides)
+    record = train_method(manifest, args.method, run_dir, settings, overrides=args.set)
+    # per-subject test predictions stay in the record ("predictions"), so that the table
+    # can give paired differences between methods over subjects and seeds
+    pooled = pooled_metrics(pd.DataFrame(record["predictions"]), n_boot=1000)
+    record.update(metrics=pooled["metrics"], n_scored=pooled["n_scored"])
     record["auc_latent"] = _latent_auc(run_dir, work / "synth")
-    record.pop("logits"), record.pop("truth")
     out = {
         "benchmark": "demo cohort: naive vs uPU vs nnPU vs Self-PU",
         "command": " ".join(["python", "benchmarks/demo_cohort.py", *sys.argv[1:]]),
@@ -101,7 +106,7 @@ def run(args: argparse.Namespace) -> None:
                    "synth": info.get("synth", BENCH_SYNTH),
                    "preprocessing": info["preprocessing"], "prior": prior,
                    "prior_note": prior_note},
-        "overrides": overrides, "result": record, "provenance": provenance(),
+        "settings": settings, "overrides": args.set, "result": record, "provenance": provenance(),
         "machine": f"{args.machine}; torch threads {args.threads}",
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -138,6 +143,43 @@ def cell(values: list[float]) -> str:
     return f"{100 * s['mean']:.1f} ({100 * s['std']:.1f})"
 
 
+PAIRS: tuple[tuple[str, str], ...] = (("selfpu", "nnpu"), ("nnpu", "naive"))
+
+
+def _paired_lines(name: str) -> str:
+    """Paired differences of test AUC (Self-PU minus nnPU, nnPU minus naive) with a
+    bootstrap CI over subjects and seeds, from the per-subject predictions in the results
+    files (files written before they were saved have none and are left out)."""
+    import pandas as pd
+
+    from adni_pu.workflows.crossval import paired_difference
+
+    def predictions(method: str) -> pd.DataFrame | None:
+        frames = []
+        for f in sorted(RESULTS.glob(f"{name}-{method}-seed*.json")):
+            rec = json.loads(f.read_text())
+            if "predictions" in rec["result"]:
+                frames.append(pd.DataFrame(rec["result"]["predictions"]).assign(
+                    seed=rec["seed"]))
+        return pd.concat(frames, ignore_index=True) if frames else None
+
+    lines = []
+    for a, b in PAIRS:
+        pa, pb = predictions(a), predictions(b)
+        if pa is None or pb is None:
+            lines.append(f"| {a} - {b} | no per-subject predictions saved (rerun "
+                         "`demo_cohort.py run` for both) | | |")
+            continue
+        seeds = sorted(set(pa["seed"]) & set(pb["seed"]))
+        d = paired_difference(pa[pa["seed"].isin(seeds)], pb[pb["seed"].isin(seeds)])
+        lines.append(f"| {a} - {b} | {100 * d['value']:+.1f} [{100 * d['ci_low']:+.1f}, "
+                     f"{100 * d['ci_high']:+.1f}] | {d['n_seeds']} | {d['n_subjects']} |")
+    return ("\n\nPaired difference of test AUC (percentage points), 95 % CI from a paired "
+            "bootstrap over seeds and the test subjects within each seed:\n\n"
+            "| difference | AUC [95 % CI] | seeds | subject-seeds |\n|---|---|---|---|\n"
+            + "\n".join(lines))
+
+
 def table(args: argparse.Namespace) -> None:
     from adni_pu.pu.metrics import summarise
 
@@ -154,7 +196,7 @@ def table(args: argparse.Namespace) -> None:
                     + f" | {cell([r['auc_latent'] for r in recs])} | "
                     f"{summarise([r['seconds'] for r in recs])['mean']:.0f} |")
     text = (f"# {args.name}: test split, mean (std) over seeds, %\n\n" + "\n".join(rows)
-            + _oracle_line(args.work / "synth")
+            + _paired_lines(args.name) + _oracle_line(args.work / "synth")
             + "\n\nFrom `python benchmarks/demo_cohort.py table --name " + args.name
             + "` over benchmarks/results/" + args.name + "-*.json (each file has its command, "
             "settings and machine).\n")

@@ -19,7 +19,7 @@ Usage (one variant per call; each writes ``benchmarks/results/preprocessing-sign
     python benchmarks/preprocessing_signal.py --name 3mm-default --voxel 3
     python benchmarks/preprocessing_signal.py --name 2mm-fast --voxel 2 --fast
 
-The cohort uses the demo's synthetic settings (``adni_pu.demo.DemoSettings.synth``).
+The cohort uses the demo's synthetic settings (``adni_pu.workflows.demo.DemoSettings.synth``).
 """
 
 from __future__ import annotations
@@ -120,10 +120,11 @@ def main() -> None:
     args = p.parse_args()
 
     from adni_pu import config as cfgmod
-    from adni_pu.demo import FAST_PREPROCESSING, DemoSettings
+    from adni_pu import fileio
     from adni_pu.preprocessing import load_config, run_preprocessing
     from adni_pu.provenance import provenance
     from adni_pu.synth import SynthConfig, generate_cohort
+    from adni_pu.workflows.demo import FAST_PREPROCESSING, DemoSettings
 
     work = args.work / args.name
     synth_cfg = cfgmod.from_dict(SynthConfig, {**DemoSettings().synth, "voxel_size": args.voxel,
@@ -145,7 +146,7 @@ def main() -> None:
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"preprocessing-signal-{args.name}.json"
-    cfgmod.atomic_write_text(path, json.dumps(record, indent=2, default=str) + "\n")
+    fileio.atomic_write_text(path, json.dumps(record, indent=2, default=str) + "\n")
     print(json.dumps(record["result"], indent=2))
     print(f"wrote {path}")
 

@@ -496,7 +496,8 @@ def main(argv: list[str] | None = None) -> int:
     if not (DATA / "ch2.nii.gz").is_file():
         print(f"{DATA / 'ch2.nii.gz'} not found: nothing to calibrate on", file=sys.stderr)
         return 2
-    from adni_pu.config import atomic_write_text, to_dict
+    from adni_pu.config import to_dict
+    from adni_pu.fileio import atomic_write_text
     from adni_pu.preprocessing import PreprocessConfig
     from adni_pu.preprocessing.pipeline import configure_threads
     from adni_pu.provenance import machine_description, package_versions

@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from adni_pu import config as cfgmod
+from adni_pu import fileio
 from adni_pu.data.benchmarks import load_benchmark
 from adni_pu.provenance import machine_description, package_versions
 from adni_pu.pu.config import TrainConfig, preset_settings
@@ -72,7 +73,7 @@ def main() -> None:
             "targets": {"phase2_ratio": 8.0, "phase3_ratio": 3.5},
         },
     }
-    cfgmod.atomic_write_text(args.out, json.dumps(result, indent=2) + "\n")
+    fileio.atomic_write_text(args.out, json.dumps(result, indent=2) + "\n")
     print(json.dumps(result["results"], indent=2))
 
 

@@ -84,8 +84,8 @@ def main() -> None:
 
     import torch
 
-    from adni_pu.config import atomic_write_text
     from adni_pu.data.volumes import VolumeDataConfig, build_volume_dataset, collate_volumes
+    from adni_pu.fileio import atomic_write_text
     from adni_pu.models.cnn3d import build_cnn3d
     from adni_pu.provenance import provenance
     from adni_pu.pu.trainer import channels_last, to_layout

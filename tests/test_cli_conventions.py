@@ -112,3 +112,37 @@ def test_preprocess_prints_the_next_steps(tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     assert f"next: adni-pu qc {out}" in result.output
     assert f"adni-pu cohort build ADNIMERGE.csv {Path(out) / 'summary.csv'}" in result.output
+
+
+def test_every_library_error_derives_from_one_base_and_keeps_its_builtin():
+    import inspect
+
+    from adni_pu import errors
+
+    family = [c for _, c in inspect.getmembers(errors, inspect.isclass)
+              if c.__module__ == errors.__name__ and c is not errors.AdniPuError]
+    assert len(family) >= 15
+    for cls in family:
+        assert issubclass(cls, errors.AdniPuError)
+        assert issubclass(cls, (ValueError, RuntimeError)), cls  # old `except` clauses still work
+
+
+def test_a_user_error_is_one_line_and_a_bug_shows_its_traceback(tmp_path, monkeypatch):
+    from adni_pu import errors
+    from adni_pu.workflows import evaluate as workflow
+
+    def user_error(*args, **kwargs):
+        raise errors.ManifestError("manifest m.csv: no rows in split 'test'")
+
+    monkeypatch.setattr(workflow, "evaluate_run", user_error)
+    result = runner.invoke(app, ["evaluate", str(tmp_path)])
+    assert result.exit_code == 2
+    assert result.output.strip() == "error: manifest m.csv: no rows in split 'test'"
+
+    def bug(*args, **kwargs):
+        raise ValueError("a programming error, not the user's")
+
+    monkeypatch.setattr(workflow, "evaluate_run", bug)
+    result = runner.invoke(app, ["evaluate", str(tmp_path)])
+    assert result.exit_code == 1 and isinstance(result.exception, ValueError)
+    assert "error:" not in result.output

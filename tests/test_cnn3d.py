@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from adni_pu.models.cnn3d import PRESETS, ThreeBranchCNN3D, build_cnn3d
+from adni_pu.models.cnn3d import CNN3D_PRESETS, ThreeBranchCNN3D, build_cnn3d
 
 
 def _batch(n: int, brain: int, hipp: int) -> dict[str, torch.Tensor]:
@@ -30,7 +30,7 @@ def test_paper_preset_matches_the_paper():
     assert [(m.in_features, m.out_features) for m in linear] == [(40000, 256), (256, 1)]
 
 
-@pytest.mark.parametrize("preset", sorted(PRESETS))
+@pytest.mark.parametrize("preset", sorted(CNN3D_PRESETS))
 def test_output_shape_per_preset(preset):
     model = build_cnn3d(preset).eval()
     with torch.no_grad():

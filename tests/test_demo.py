@@ -1,8 +1,9 @@
 """A reduced ``adni-pu demo`` through the real CLI: the end-to-end integration test.
 
 12 synthetic subjects, real preprocessing (deepbet, registration, cerebellum removal), the
-cohort builder, three methods for 2 epochs each, evaluation and the report: about 2
-CPU-minutes, most of it preprocessing.
+cohort builder, 2 cross-validation folds of three methods for 2 epochs each, the pooled
+evaluation, the reference lines and the report: about 2 CPU-minutes, most of it
+preprocessing.
 """
 
 from __future__ import annotations
@@ -17,34 +18,49 @@ from adni_pu.cli.app import app
 
 def test_reduced_demo_runs_end_to_end_and_resumes(tmp_path):
     out = tmp_path / "demo"
-    args = ["demo", "--subjects", "12", "--out", str(out), "--epochs", "2",
+    args = ["demo", "--subjects", "12", "--out", str(out), "--epochs", "2", "--folds", "2",
             "--methods", "naive,nnpu,selfpu", "--threads", "1", "--workers", "2"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
+    # progress: a line per scan and per epoch, each with what is left
+    for line in ("scan 12/12", "epoch 12/12 (selfpu fold 2/2, 2/2"):
+        assert any(line in x and "left" in x for x in result.output.splitlines()), line
     report = (out / "report.md").read_text()
     for method in ("naive", "nnpu", "selfpu"):
         assert f"| {method} |" in report
-        assert (out / "runs" / method / "evaluation" / "test" / "metrics.json").is_file()
-        assert (out / "runs" / method / "best_model.pt").is_file()
+        for fold in (0, 1):
+            run = out / "runs" / method / f"fold{fold}"
+            assert (run / "evaluation" / "test" / "predictions_subjects.csv").is_file()
+            assert (run / "best_model.pt").is_file()
     assert "preprocessing: **real**" in report and (out / "roc.png").is_file()
+    for part in ("**What these numbers are.**", "**What is scored.**", "**Reference lines**",
+                 "*reference: logistic regression on 2 volumes*",
+                 "*reference: generator truth: hippocampal loss*", "nn_correction"):
+        assert part in report, part
     summary = pd.read_csv(out / "preprocessed" / "summary.csv")
     assert len(summary) == 12 and set(summary.status) == {"done"}
-    manifest = pd.read_csv(out / "cohort" / "manifest.csv")
+    manifest = pd.read_csv(out / "cohort" / "folds" / "fold0" / "manifest.csv")
     assert set(manifest.split) == {"train", "val", "test"}
     record = json.loads((out / "demo.json").read_text())
     assert set(record["results"]) == {"naive", "nnpu", "selfpu"}
     for r in record["results"].values():
-        assert 0.0 <= r["metrics"]["accuracy"]["value"] <= 1.0
+        # every subject scored once, by the fold that held it out
+        assert sorted(p["subject_id"] for p in r["predictions"]) == sorted(
+            set(manifest.subject_id))
+        assert 0.0 <= r["pooled"]["metrics"]["accuracy"]["value"] <= 1.0
+    assert record["results"]["nnpu"]["nn_correction"] is not None
 
     # a second call resumes: nothing is generated or preprocessed again
     again = CliRunner().invoke(app, [*args[:-6], "--methods", "nnpu", "--threads", "1",
                                      "--workers", "2"])
+    assert "scan 12/12 sub-" in again.output and "skipped" in again.output
     assert again.exit_code == 0, again.output
     assert "already in" in again.output
     assert set(pd.read_csv(out / "preprocessed" / "summary.csv").status) == {"skipped"}
 
     # the same folder with another cohort size is refused, not mixed
-    other = CliRunner().invoke(app, ["demo", "--subjects", "13", "--out", str(out)])
+    other = CliRunner().invoke(app, ["demo", "--subjects", "13", "--folds", "2",
+                                     "--out", str(out)])
     assert other.exit_code == 2 and "choose another --out" in other.output
 
 
@@ -58,5 +74,5 @@ def test_demo_refuses_an_unknown_method_before_any_work(tmp_path):
 def test_demo_refuses_a_cohort_too_small_to_split(tmp_path):
     result = CliRunner().invoke(app, ["demo", "--subjects", "5", "--out", str(tmp_path)])
     assert result.exit_code == 2
-    assert "subjects=5" in result.output and "at least 12" in result.output
+    assert "subjects=5" in result.output and "at least 18" in result.output
     assert not any(tmp_path.iterdir())  # nothing written

@@ -47,13 +47,13 @@ def _worker(rank: int, world: int, port: int, out: str, presets: list[str]) -> N
     os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
                        "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank)})
     torch.set_num_threads(1)
-    from adni_pu.distributed import attach, init_from_env, shutdown
+    from adni_pu.distributed import init_from_env, shutdown
     from adni_pu.pu.trainer import Trainer
 
     run = init_from_env("gloo")
     for preset in presets:
-        trainer = Trainer(_config(preset), _data(), Path(out) / preset, log=lambda m: None)
-        attach(trainer, run)
+        trainer = Trainer(_config(preset), _data(), Path(out) / preset, log=lambda m: None,
+                          distributed=run)
         fit = trainer.fit()
         state = {f"{st.name}.{k}": v for st in trainer.students
                  for k, v in st.model.state_dict().items()}
@@ -110,7 +110,7 @@ def _volume_worker(rank: int, world: int, port: int, manifest: str, out: str,
                        "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank)})
     torch.set_num_threads(1)
     from adni_pu.distributed import shutdown
-    from adni_pu.volume_run import load_volume_config, train_volumes
+    from adni_pu.workflows.train import load_volume_config, train_volumes
 
     cfg = load_volume_config(None, overrides, preset="nnpu")
     fit = train_volumes(manifest, cfg, out, log=lambda m: None)

@@ -6,7 +6,7 @@ import pytest
 
 from adni_pu import config as cfgmod
 from adni_pu.config import ConfigError
-from adni_pu.pu.config import PRESET_DESCRIPTIONS, PRESETS, TrainConfig, preset_settings
+from adni_pu.pu.config import PRESET_DESCRIPTIONS, TRAINING_PRESETS, TrainConfig, preset_settings
 
 
 def load(name: str) -> TrainConfig:
@@ -14,8 +14,8 @@ def load(name: str) -> TrainConfig:
 
 
 def test_every_preset_loads_and_is_described():
-    assert set(PRESETS) == set(PRESET_DESCRIPTIONS)
-    for name in PRESETS:
+    assert set(TRAINING_PRESETS) == set(PRESET_DESCRIPTIONS)
+    for name in TRAINING_PRESETS:
         load(name)
 
 

@@ -10,7 +10,8 @@ import pytest
 import torch
 from conftest import tiny_config
 
-from adni_pu.pu.trainer import ResumeError, Trainer
+from adni_pu.errors import ResumeError
+from adni_pu.pu.trainer import Trainer
 
 
 @pytest.mark.parametrize("method", ["naive", "upu", "nnpu"])

@@ -15,7 +15,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 
 from adni_pu.data.benchmarks import crop_flip
 from adni_pu.data.pu import make_pu_data
-from adni_pu.pu import trainer as trainer_mod
+from adni_pu.pu import selfpu_loss
 from adni_pu.pu.trainer import Trainer
 
 SP = {"warmup_epochs": 1, "self_paced_end": 2, "select_every": 1, "teacher_rampup_epochs": 1}
@@ -71,7 +71,7 @@ def _syncs_per_epoch(tiny_pu, batch_size: int, **cfg) -> list[list[str]]:
 ])
 def test_training_loop_never_waits_for_the_device(tiny_pu, monkeypatch, settings):
     # the teacher ramp is a host-side scalar (a CPU tensor even on a GPU run)
-    monkeypatch.setattr(trainer_mod, "sigmoid_rampup", lambda epoch, length: 0.5)
+    monkeypatch.setattr(selfpu_loss, "sigmoid_rampup", lambda epoch, length: 0.5)
     few = _syncs_per_epoch(tiny_pu, 256, epochs=3, **settings)
     many = _syncs_per_epoch(tiny_pu, 32, epochs=3, **settings)  # 8x the batches
     for a, b in zip(few, many):
@@ -284,7 +284,9 @@ def test_3d_cnn_trains_with_bf16_and_channels_last_3d():
 
 
 def test_a_deadline_is_refused_with_distributed_training(tiny_pu):
-    trainer = Trainer(tiny_config(method="nnpu", epochs=1), tiny_pu)
-    trainer.ddp = object()  # attached by adni_pu.distributed.attach in a torchrun process
+    from adni_pu.distributed import DistributedRun
+
+    trainer = Trainer(tiny_config(method="nnpu", epochs=1), tiny_pu,
+                      distributed=DistributedRun(rank=0, world_size=2))  # as under torchrun
     with pytest.raises(ValueError, match="not supported with distributed training"):
         trainer.fit(deadline=time.monotonic() + 60)

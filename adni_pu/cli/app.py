@@ -9,6 +9,9 @@ Conventions of every command (docs/interfaces.md, "Command line"):
   arguments; every other setting, and every path with a default, is an ``--option``.
 - Every option's help shows its default. Yes/no settings are flags (``--x/--no-x``).
 - Help text is plain (no Rich markup), so ``[train]`` or ``<date>`` print as written.
+- Errors: every library error a user can cause derives from :class:`adni_pu.errors.AdniPuError`;
+  :class:`_App` catches that base once, prints ``error: <message>`` and exits with status 2.
+  Anything else is a bug and shows its traceback.
 """
 
 from __future__ import annotations
@@ -17,8 +20,24 @@ import importlib
 from typing import Annotated
 
 import typer
+from typer.core import TyperGroup
+
+from adni_pu.errors import AdniPuError  # light: the error family imports nothing
+
+
+class _App(TyperGroup):
+    """The top-level command group: turns an :class:`AdniPuError` into one line and exit 2."""
+
+    def invoke(self, ctx: typer.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except AdniPuError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from exc
+
 
 app = typer.Typer(
+    cls=_App,
     name="adni-pu",
     help="Positive-unlabelled (Self-PU) learning for Alzheimer's disease from T1 MRI.",
     no_args_is_help=True,
@@ -28,7 +47,8 @@ app = typer.Typer(
     context_settings={"max_content_width": 100},
 )
 
-_VERBS: tuple[str, ...] = ("benchmark", "preprocess", "cohort", "volumes")
+_VERBS: tuple[str, ...] = ("benchmark", "preprocess", "qc", "cohort", "train", "evaluate",
+                           "predict", "demo")
 
 
 def package_version() -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -27,31 +27,24 @@ def _run(dataset: str, method: str, preset: str | None, seeds: int, seed_offset:
          results_json: Path | None, threads: int, device: str,
          train_limit: int | None = None, test_limit: int | None = None,
          time_limit: float | None = None) -> None:
-    from adni_pu.benchmark import BenchmarkSpec, markdown_table, run_benchmark
-    from adni_pu.config import ConfigError
-    from adni_pu.data.pu import PUConstructionError
-    from adni_pu.data.readers import DataFormatError
+    from adni_pu.workflows.benchmark import BenchmarkSpec, markdown_table, run_benchmark
 
     if method not in ("naive", "upu", "nnpu", "selfpu"):
         raise typer.BadParameter(f"{method!r}: expected naive, upu, nnpu or selfpu",
                                  param_hint="--method")
-    overrides = [f"threads={threads}", f'device="{device}"']
+    settings: dict[str, Any] = {"threads": threads, "device": device}
     if preset is None:
-        overrides.append(f'method="{method}"')
+        settings["method"] = method
     if epochs is not None:
-        overrides.append(f"epochs={epochs}")
+        settings["epochs"] = epochs
     spec = BenchmarkSpec(
         dataset=dataset, method=method, preset=preset,
         seeds=list(range(seed_offset, seed_offset + seeds)), data_dir=data_dir, out=out,
         n_labelled=n_labelled, prior=prior, scheme=scheme, val_fraction=val_fraction,
-        config_file=config, overrides=[*overrides, *sets],
+        config_file=config, settings=settings, overrides=list(sets),
         train_limit=train_limit, test_limit=test_limit, time_limit=time_limit,
     )
-    try:
-        summary = run_benchmark(spec, results_json)
-    except (ConfigError, DataFormatError, PUConstructionError, ValueError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from exc
+    summary = run_benchmark(spec, results_json)
     if summary.get("status") == "incomplete":
         typer.echo(f"stopped at the time limit: seed {summary['current_seed']}, "
                    f"{summary['epochs_done']}/{summary['epochs']} epochs done; run the same "

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from adni_pu.cli.common import positional_path, sets_option
+from adni_pu.cli.common import deprecated_path, positional_path, sets_option
 
 cohort_app = typer.Typer(help="Build the PU-labelled, subject-split cohort manifest.",
                          no_args_is_help=True)
@@ -37,32 +37,21 @@ def build(
              "PET images); used before the clinical table's AV45/FBB/PIB "
              "(amyloid.precedence)")] = None,
     set_: sets_option("matching.amyloid_window_days=180") = None,
-    clinical_opt: Annotated[Optional[Path], typer.Option(  # noqa: UP045
-        "--clinical", hidden=True, help="deprecated spelling of CLINICAL")] = None,
-    scans_opt: Annotated[Optional[Path], typer.Option(  # noqa: UP045
-        "--scans", hidden=True, help="deprecated spelling of SCANS")] = None,
-    out_opt: Annotated[Optional[Path], typer.Option(  # noqa: UP045
-        "--out", hidden=True, help="deprecated spelling of OUT")] = None,
+    clinical_opt: deprecated_path("--clinical", "CLINICAL") = None,
+    scans_opt: deprecated_path("--scans", "SCANS") = None,
+    out_opt: deprecated_path("--out", "OUT") = None,
 ) -> None:
     """Match scans to visits and amyloid measures, label subjects, split them, write OUT."""
-    from adni_pu.cohort import CohortInputError, build_cohort, load_cohort_config, write_cohort
+    from adni_pu.cohort import build_cohort, load_cohort_config, write_cohort
     from adni_pu.cohort.manifest import check_out_dir
-    from adni_pu.config import ConfigError
 
     clinical = positional_path(clinical, clinical_opt, "CLINICAL", "--clinical")
     scans = positional_path(scans, scans_opt, "SCANS", "--scans")
     out = positional_path(out, out_opt, "OUT", "--out")
-    try:
-        check_out_dir(out)
-        cfg = load_cohort_config(config, set_ or [], preset)
-        cohort = build_cohort(clinical, scans, cfg, amyloid=list(amyloid or []))
-        paths = write_cohort(cohort, out)
-    except (ConfigError, CohortInputError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from exc
-    except OSError as exc:
-        typer.echo(f"error: output folder {out}: cannot write the cohort files ({exc})", err=True)
-        raise typer.Exit(2) from exc
+    check_out_dir(out)
+    cfg = load_cohort_config(config, set_ or [], preset)
+    cohort = build_cohort(clinical, scans, cfg, amyloid=list(amyloid or []))
+    paths = write_cohort(cohort, out)
     from adni_pu.cohort import counts_table
 
     table = counts_table(cohort.manifest)
@@ -103,14 +92,9 @@ def report(
         show_default="beside the manifest", help="folder for the report")] = None,
 ) -> None:
     """Re-render the cohort report (counts, class prior, SUVR histogram, data quality)."""
-    from adni_pu.cohort import CohortInputError, report_from_path
-    from adni_pu.config import ConfigError
+    from adni_pu.cohort import report_from_path
 
-    try:
-        paths = report_from_path(manifest, out)
-    except (ConfigError, CohortInputError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from exc
+    paths = report_from_path(manifest, out)
     typer.echo(f"report: {paths['report']}")
 
 

@@ -7,12 +7,22 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+# the --set example of the commands that take volume-training settings (train, demo)
+SETS_EXAMPLE = "train.epochs=20 --set prior=0.45"
+Device = Annotated[str, typer.Option(help="auto, cpu or cuda")]
+
 
 def sets_option(example: str) -> Any:
     """The ``--set KEY=VALUE`` option (repeatable); ``example`` completes its help."""
     return Annotated[Optional[list[str]], typer.Option(  # noqa: UP045 - typer needs Optional
         "--set", metavar="KEY=VALUE", show_default="none",
         help=f"override a setting (repeatable), e.g. --set {example}")]
+
+
+def deprecated_path(flag: str, name: str) -> Any:
+    """A hidden ``flag`` option: the old spelling of the positional path ``name``."""
+    return Annotated[Optional[Path], typer.Option(  # noqa: UP045 - typer needs Optional
+        flag, hidden=True, help=f"deprecated spelling of {name}")]
 
 
 def positional_path(value: Path | None, deprecated: Path | None, name: str, flag: str) -> Path:

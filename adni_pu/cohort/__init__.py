@@ -12,8 +12,8 @@ See docs/cohort.md for the inputs, the presets and settings, and the manifest sc
 
 from adni_pu.cohort.amyloid import load_amyloid_tables, read_amyloid_table
 from adni_pu.cohort.config import (
+    LABEL_PRESETS,
     PRESET_DESCRIPTIONS,
-    PRESETS,
     AmyloidSettings,
     CohortConfig,
     LabelSettings,
@@ -26,11 +26,12 @@ from adni_pu.cohort.manifest import (
     Cohort,
     build_cohort,
     read_manifest,
+    report_from_path,
     write_cohort,
     write_manifest,
 )
 from adni_pu.cohort.quality import CohortInputError, Issue, QualityReport
-from adni_pu.cohort.report import class_prior_table, counts_table, render_report, report_from_path
+from adni_pu.cohort.report import class_prior_table, counts_table, render_report
 from adni_pu.cohort.splits import (
     LeakageError,
     assert_manifest_no_leakage,
@@ -43,7 +44,7 @@ from adni_pu.cohort.suvr import CORTICAL_COMPOSITE, SuvrError, compute_suvr, suv
 from adni_pu.cohort.tables import normalise_diagnosis, normalise_subject_id, normalise_visit
 
 __all__ = [
-    "AmyloidSettings", "CORTICAL_COMPOSITE", "MANIFEST_COLUMNS", "PRESETS",
+    "AmyloidSettings", "CORTICAL_COMPOSITE", "MANIFEST_COLUMNS", "LABEL_PRESETS",
     "PRESET_DESCRIPTIONS", "Cohort", "CohortConfig", "CohortInputError", "Issue",
     "LabelSettings", "LeakageError", "MatchingSettings", "QualityReport", "SplitSettings",
     "SuvrError", "assert_manifest_no_leakage", "assert_no_leakage", "assign_splits",

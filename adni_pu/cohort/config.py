@@ -7,15 +7,13 @@ settings are written next to the manifest, so the same file rebuilds the same co
 
 from __future__ import annotations
 
-import contextlib
 import copy
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import tomllib
-
-from adni_pu import config as _config
+from adni_pu import config as cfgmod
+from adni_pu.errors import ConfigError
 
 #: Amyloid tracers known to the builder (ADNIMERGE column names).
 TRACERS: tuple[str, ...] = ("AV45", "FBB", "PIB")
@@ -87,21 +85,22 @@ class MatchingSettings:
 
     def __post_init__(self) -> None:
         if self.amyloid_window_days < 0 or self.visit_window_days < 0:
-            raise ValueError(
+            raise ConfigError(
                 f"matching windows must be >= 0 days, found amyloid_window_days="
                 f"{self.amyloid_window_days}, visit_window_days={self.visit_window_days}"
             )
         self.tracer_priority = [t.upper() for t in self.tracer_priority]
         unknown = sorted(set(self.tracer_priority) - set(MEASURE_TRACERS))
         if unknown:
-            raise ValueError(
+            raise ConfigError(
                 f"tracer_priority: unknown tracer(s) {unknown}; expected {MEASURE_TRACERS}")
         aliases: dict[str, list[str]] = {}
         for key, value in self.visit_aliases.items():
             if isinstance(value, str):
                 value = [value]
             if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
-                raise ValueError(f"visit_aliases.{key}: expected a list of visit codes, found {value!r}")
+                raise ConfigError(
+                    f"visit_aliases.{key}: expected a list of visit codes, found {value!r}")
             aliases[str(key).lower()] = [v.lower() for v in value]
         self.visit_aliases = aliases
 
@@ -111,10 +110,10 @@ def _check_cutoffs(name: str, cutoffs: dict[str, Any]) -> dict[str, float]:
     for key, value in cutoffs.items():
         tracer = str(key).upper()
         if tracer not in MEASURE_TRACERS:
-            raise ValueError(
+            raise ConfigError(
                 f"{name}: unknown tracer {key!r}; expected some of {list(MEASURE_TRACERS)}")
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            raise ValueError(f"{name}.{key}: expected a positive SUVR, found {value!r}")
+            raise ConfigError(f"{name}.{key}: expected a positive SUVR, found {value!r}")
         out[tracer] = float(value)
     return out
 
@@ -163,7 +162,7 @@ class LabelSettings:
     def __post_init__(self) -> None:
         low = self.centiloid_hidden_positive_cutoff
         if low is not None and low >= self.centiloid_label_cutoff:
-            raise ValueError(
+            raise ConfigError(
                 f"labels.centiloid_hidden_positive_cutoff={low}: expected below "
                 f"labels.centiloid_label_cutoff={self.centiloid_label_cutoff}")
         self.label_cutoffs = _check_cutoffs("labels.label_cutoffs", self.label_cutoffs)
@@ -173,7 +172,7 @@ class LabelSettings:
         for tracer, low in self.hidden_positive_cutoffs.items():
             high = self.label_cutoffs.get(tracer)
             if high is None or low >= high:
-                raise ValueError(
+                raise ConfigError(
                     f"labels.hidden_positive_cutoffs.{tracer}={low}: expected below "
                     f"labels.label_cutoffs.{tracer}={high}"
                 )
@@ -202,12 +201,12 @@ class AmyloidSettings:
         for key, value in self.centiloid_conversions.items():
             tracer = str(key).upper()
             if tracer not in MEASURE_TRACERS:
-                raise ValueError(f"amyloid.centiloid_conversions: unknown tracer {key!r}; "
+                raise ConfigError(f"amyloid.centiloid_conversions: unknown tracer {key!r}; "
                                  f"expected some of {list(MEASURE_TRACERS)}")
             if (not isinstance(value, (list, tuple)) or len(value) != 2
                     or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
                                for v in value) or value[0] <= 0):
-                raise ValueError(f"amyloid.centiloid_conversions.{key}: expected [slope, "
+                raise ConfigError(f"amyloid.centiloid_conversions.{key}: expected [slope, "
                                  f"intercept] with a positive slope, found {value!r}")
             out[tracer] = [float(value[0]), float(value[1])]
         self.centiloid_conversions = out
@@ -231,20 +230,20 @@ class SplitSettings:
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.test_fraction < 1.0:
-            raise ValueError(f"split.test_fraction={self.test_fraction}: expected in [0, 1)")
+            raise ConfigError(f"split.test_fraction={self.test_fraction}: expected in [0, 1)")
         if self.k_folds == 1 or self.k_folds < 0:
-            raise ValueError(f"split.k_folds={self.k_folds}: expected 0 (no folds) or >= 2")
+            raise ConfigError(f"split.k_folds={self.k_folds}: expected 0 (no folds) or >= 2")
         if self.k_folds >= 2:
             if not 0 <= self.fold < self.k_folds:
-                raise ValueError(f"split.fold={self.fold}: expected 0..{self.k_folds - 1}")
+                raise ConfigError(f"split.fold={self.fold}: expected 0..{self.k_folds - 1}")
         elif not 0.0 <= self.val_fraction < 1.0 or self.val_fraction + self.test_fraction >= 1.0:
-            raise ValueError(
+            raise ConfigError(
                 f"split.val_fraction={self.val_fraction}, test_fraction={self.test_fraction}: "
                 "expected each in [0, 1) and together below 1"
             )
         unknown = sorted(set(self.balance_covariates) - {"sex", "age"})
         if unknown:
-            raise ValueError(f"split.balance_covariates: unknown {unknown}; expected sex, age")
+            raise ConfigError(f"split.balance_covariates: unknown {unknown}; expected sex, age")
 
 
 @dataclass
@@ -274,12 +273,12 @@ class CohortConfig:
     check_scan_files: bool = True
 
     def __post_init__(self) -> None:
-        if self.preset not in PRESETS:
-            raise ValueError(f"preset {self.preset!r}: expected one of {sorted(PRESETS)}")
+        if self.preset not in LABEL_PRESETS:
+            raise ConfigError(f"preset {self.preset!r}: expected one of {sorted(LABEL_PRESETS)}")
 
 
 #: Label presets: the defaults each one gives to :class:`LabelSettings`.
-PRESETS: dict[str, dict[str, Any]] = {
+LABEL_PRESETS: dict[str, dict[str, Any]] = {
     "paper": {
         "positive_diagnoses": ["AD", "Dementia"],
         "include_diagnoses": [],
@@ -331,21 +330,9 @@ def load_cohort_config(
     The preset is, in order of precedence: ``preset``, a ``preset=`` override, the file's
     ``preset`` key, ``"paper"``.
     """
-    name = "paper"
-    if path is not None and Path(path).is_file():
-        # A broken file is reported properly by config.load below.
-        with contextlib.suppress(tomllib.TOMLDecodeError):
-            name = tomllib.loads(Path(path).read_text()).get("preset", name)
-    for text in overrides or []:
-        keys, value = _config.parse_override(text)
-        if keys == ["preset"]:
-            name = value
-    if preset is not None:
-        name = preset
-    if not isinstance(name, str) or name not in PRESETS:
-        raise _config.ConfigError(f"preset {name!r}: expected one of {sorted(PRESETS)}")
-    defaults = {"preset": name, "labels": copy.deepcopy(PRESETS[name])}
-    extra = list(overrides or [])
-    if preset is not None:
-        extra.append(f'preset="{preset}"')
-    return _config.load(CohortConfig, path, extra, defaults=defaults)
+    name = cfgmod.preset_choice(path, overrides, preset, "paper")
+    defaults = {"preset": name, "labels": cfgmod.preset_table(LABEL_PRESETS, name)}
+    if preset is None:
+        return cfgmod.load(CohortConfig, path, overrides, defaults=defaults)
+    return cfgmod.load(CohortConfig, path, cfgmod.without_preset(overrides), defaults,
+                        values={"preset": preset})

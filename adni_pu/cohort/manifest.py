@@ -8,11 +8,8 @@ a failed build leaves nothing behind.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from adni_pu import config as _config
+from adni_pu import config as cfgmod
 from adni_pu.cohort.amyloid import (
     add_centiloids,
     combine_measures,
@@ -28,12 +25,15 @@ from adni_pu.cohort.amyloid import (
     load_amyloid_tables,
     on_scale,
 )
-from adni_pu.cohort.config import CohortConfig
+from adni_pu.cohort.config import CohortConfig, load_cohort_config
 from adni_pu.cohort.labels import label_subjects
 from adni_pu.cohort.matching import attach_visits, clinical_measures, match_amyloid, match_visits
-from adni_pu.cohort.quality import CohortInputError, QualityReport
+from adni_pu.cohort.quality import QualityReport
+from adni_pu.cohort.report import class_prior_table, render_report
 from adni_pu.cohort.splits import assign_splits, check_manifest_splits
 from adni_pu.cohort.tables import _missing, apply, is_rid, load_clinical, load_scans
+from adni_pu.errors import CohortInputError, OutputError
+from adni_pu.fileio import atomic_write, atomic_write_text, sha256_file
 
 #: Manifest columns, in order (docs/cohort.md describes each).
 MANIFEST_COLUMNS: tuple[str, ...] = (
@@ -68,18 +68,11 @@ def _examples(frame: pd.DataFrame, n: int = 5) -> list[str]:
             zip(frame["_row"][:n], frame["subject_raw"][:n], frame["session_raw"][:n])]
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
 
 def _describe_input(source: Any) -> dict[str, Any]:
     if isinstance(source, (str, Path)):
         path = Path(source)
-        return {"path": str(path.resolve()), "sha256": _sha256(path)}
+        return {"path": str(path.resolve()), "sha256": sha256_file(path)}
     return {"path": None, "note": "in-memory DataFrame"}
 
 
@@ -330,19 +323,6 @@ def _assemble(scans: pd.DataFrame, subjects: pd.DataFrame) -> pd.DataFrame:
 # --------------------------------------------------------------------------- writing
 
 
-def _atomic_write(path: Path, writer: Callable[[Path], None]) -> Path:
-    """Call ``writer(tmp)`` on a temporary file beside ``path``, then rename it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        writer(Path(tmp))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
 
 def _csv_text(frame: pd.DataFrame) -> str:
     out = frame.copy()
@@ -369,8 +349,8 @@ def write_manifest(manifest: pd.DataFrame, path: str | Path) -> Path:
     """Write a manifest as CSV or Parquet (by suffix), atomically."""
     path = Path(path)
     if path.suffix == ".parquet":
-        return _atomic_write(path, lambda tmp: manifest.to_parquet(tmp, index=False))
-    return _config.atomic_write_text(path, _csv_text(manifest))
+        return atomic_write(path, lambda tmp: manifest.to_parquet(tmp, index=False))
+    return atomic_write_text(path, _csv_text(manifest))
 
 
 def check_out_dir(out_dir: str | Path) -> None:
@@ -392,30 +372,37 @@ def write_cohort(cohort: Cohort, out_dir: str | Path, render: bool = True) -> di
     ``excluded.csv``, ``quality.csv``, ``cohort_config.toml``, ``cohort.json`` and, with
     ``render``, ``cohort_report.md`` with ``suvr_histogram.png``.
     """
-    from adni_pu.provenance import provenance
 
     out_dir = Path(out_dir)
     check_out_dir(out_dir)
+    try:
+        return _write_cohort_files(cohort, out_dir, render)
+    except OSError as exc:
+        raise OutputError(f"output folder {out_dir}: cannot write the cohort files ({exc})"
+                          ) from exc
+
+
+def _write_cohort_files(cohort: Cohort, out_dir: Path, render: bool) -> dict[str, Path]:
+    from adni_pu.provenance import provenance
+
     out_dir.mkdir(parents=True, exist_ok=True)
     cfg = cohort.config
     manifest = _paths_for_output(cohort.manifest, out_dir, cfg.output.scan_paths)
     name = "manifest.parquet" if cfg.output.format == "parquet" else "manifest.csv"
     paths: dict[str, Path] = {}
-    paths["config"] = _config.save(cfg, out_dir / "cohort_config.toml")
-    paths["subjects"] = _config.atomic_write_text(out_dir / "subjects.csv", _csv_text(cohort.subjects))
-    paths["excluded"] = _config.atomic_write_text(out_dir / "excluded.csv", _csv_text(cohort.excluded))
-    paths["quality"] = _config.atomic_write_text(out_dir / "quality.csv",
+    paths["config"] = cfgmod.save(cfg, out_dir / "cohort_config.toml")
+    paths["subjects"] = atomic_write_text(out_dir / "subjects.csv", _csv_text(cohort.subjects))
+    paths["excluded"] = atomic_write_text(out_dir / "excluded.csv", _csv_text(cohort.excluded))
+    paths["quality"] = atomic_write_text(out_dir / "quality.csv",
                                                  _csv_text(cohort.quality.to_frame()))
     summary = dict(cohort.summary)
     summary["manifest"] = name
     summary["provenance"] = provenance()
     if render:
-        from adni_pu.cohort.report import class_prior_table, render_report
-
         summary["class_prior"] = class_prior_table(manifest).to_dict("records")
         paths.update(render_report(manifest, out_dir, quality=cohort.quality, config=cfg,
                                    excluded=cohort.excluded, summary=summary))
-    paths["summary"] = _config.atomic_write_text(
+    paths["summary"] = atomic_write_text(
         out_dir / "cohort.json", json.dumps(summary, indent=2, default=str) + "\n")
     paths["manifest"] = write_manifest(manifest, out_dir / name)
     return paths
@@ -450,3 +437,31 @@ def read_manifest(path: str | Path) -> pd.DataFrame:
         if col in frame:
             frame[col] = pd.to_numeric(frame[col], errors="coerce").astype("Int64")
     return frame
+
+
+def report_from_path(path: str | Path, out_dir: str | Path | None = None) -> dict[str, Path]:
+    """Re-render the report of a manifest file or cohort folder (CLI ``cohort report``).
+
+    quality.csv, excluded.csv and cohort_config.toml beside the manifest are used when
+    present; the report is written beside the manifest unless ``out_dir`` is given.
+    """
+    path = Path(path)
+    folder = path if path.is_dir() else path.parent
+    manifest = read_manifest(path)
+    quality = None
+    if (folder / "quality.csv").is_file():
+        frame = pd.read_csv(folder / "quality.csv", dtype=str, keep_default_na=False)
+        quality = QualityReport.from_frame(frame)
+    excluded = None
+    if (folder / "excluded.csv").is_file():
+        excluded = pd.read_csv(folder / "excluded.csv", dtype=str)
+    config = None
+    if (folder / "cohort_config.toml").is_file():
+        config = load_cohort_config(folder / "cohort_config.toml")
+    summary = None
+    if (folder / "cohort.json").is_file():
+        try:
+            summary = json.loads((folder / "cohort.json").read_text())
+        except json.JSONDecodeError:
+            summary = None
+    return render_report(manifest, out_dir or folder, quality, config, excluded, summary)

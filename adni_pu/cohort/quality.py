@@ -10,12 +10,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from adni_pu.errors import CohortInputError  # noqa: F401 - re-exported
+
 Severity = Literal["error", "warning", "info"]
 MAX_EXAMPLES = 5
-
-
-class CohortInputError(ValueError):
-    """Input tables or settings that the cohort builder cannot use; nothing is written."""
 
 
 @dataclass

@@ -1,22 +1,21 @@
 """The cohort report: counts per split and label, class prior, SUVR histogram, data quality.
 
-Everything is computed from the manifest (plus, when they sit beside it, quality.csv,
-excluded.csv and cohort_config.toml), so ``adni-pu cohort report`` can redo the report
-of any cohort folder, including one written by another tool.
+Everything is computed from the manifest and what is passed in; reading a cohort folder
+(``report_from_path``) and writing one (``write_cohort``) live in ``cohort.manifest``,
+which calls this module (never the other way round).
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from adni_pu import config as _config
 from adni_pu.cohort.config import MEASURE_TRACERS, CohortConfig
 from adni_pu.cohort.quality import QualityReport
+from adni_pu.fileio import atomic_write, atomic_write_text
 
 REPORT_NAME = "cohort_report.md"
 HISTOGRAM_NAME = "suvr_histogram.png"
@@ -109,7 +108,6 @@ def plot_suvr_histogram(manifest: pd.DataFrame, path: str | Path,
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from adni_pu.cohort.manifest import _atomic_write
 
     centiloid = (config is not None and config.labels.scale == "centiloid"
                  and "centiloid" in manifest)
@@ -140,7 +138,7 @@ def plot_suvr_histogram(manifest: pd.DataFrame, path: str | Path,
             ax.legend(fontsize=8)
     fig.tight_layout()
     path = Path(path)
-    _atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
+    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
     plt.close(fig)
     return path
 
@@ -254,36 +252,6 @@ def render_report(
     if excluded is not None and len(excluded):
         by = excluded.groupby("reason").size().rename_axis("reason").reset_index(name="scans")
         lines += ["Scans left out of the manifest (listed in `excluded.csv`):", "", _md_table(by)]
-    report = _config.atomic_write_text(out_dir / REPORT_NAME, "\n".join(lines))
+    report = atomic_write_text(out_dir / REPORT_NAME, "\n".join(lines))
     return {"report": report, "histogram": hist}
 
-
-def report_from_path(path: str | Path, out_dir: str | Path | None = None) -> dict[str, Path]:
-    """Re-render the report of a manifest file or cohort folder (CLI ``cohort report``).
-
-    quality.csv, excluded.csv and cohort_config.toml beside the manifest are used when
-    present; the report is written beside the manifest unless ``out_dir`` is given.
-    """
-    from adni_pu.cohort.config import load_cohort_config
-    from adni_pu.cohort.manifest import read_manifest
-
-    path = Path(path)
-    folder = path if path.is_dir() else path.parent
-    manifest = read_manifest(path)
-    quality = None
-    if (folder / "quality.csv").is_file():
-        frame = pd.read_csv(folder / "quality.csv", dtype=str, keep_default_na=False)
-        quality = QualityReport.from_frame(frame)
-    excluded = None
-    if (folder / "excluded.csv").is_file():
-        excluded = pd.read_csv(folder / "excluded.csv", dtype=str)
-    config = None
-    if (folder / "cohort_config.toml").is_file():
-        config = load_cohort_config(folder / "cohort_config.toml")
-    summary = None
-    if (folder / "cohort.json").is_file():
-        try:
-            summary = json.loads((folder / "cohort.json").read_text())
-        except json.JSONDecodeError:
-            summary = None
-    return render_report(manifest, out_dir or folder, quality, config, excluded, summary)

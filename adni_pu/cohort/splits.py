@@ -15,12 +15,9 @@ import numpy as np
 import pandas as pd
 
 from adni_pu.cohort.config import SplitSettings
+from adni_pu.errors import LeakageError
 
 SPLITS = ("train", "val", "test")
-
-
-class LeakageError(RuntimeError):
-    """A subject used for evaluation was also used in training."""
 
 
 def _ids(subjects: Iterable[object]) -> set[str]:

@@ -22,6 +22,7 @@ from typing import Any, Literal
 import numpy as np
 
 from adni_pu import atlas
+from adni_pu.errors import SuvrError
 
 #: Target regions of the cortical composite (AAL names, glob patterns; AAL1 and AAL2).
 CORTICAL_COMPOSITE: dict[str, tuple[str, ...]] = {
@@ -33,10 +34,6 @@ CORTICAL_COMPOSITE: dict[str, tuple[str, ...]] = {
 }
 #: Reference region: the whole cerebellum (every Cerebelum_* and Vermis_* label).
 WHOLE_CEREBELLUM: tuple[str, ...] = atlas.CEREBELLUM_REGIONS
-
-
-class SuvrError(ValueError):
-    """A PET volume from which no trustworthy SUVR can be computed."""
 
 
 @dataclass

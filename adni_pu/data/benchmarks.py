@@ -17,6 +17,7 @@ from adni_pu.data.pu import (
     binarize,
     make_pu_data,
 )
+from adni_pu.errors import ConfigError
 
 BenchmarkName = Literal["mnist", "cifar10"]
 
@@ -59,7 +60,7 @@ def load_benchmark(
         data = readers.load_cifar10(data_dir, cache_dir=cache_dir)
         positive = CIFAR10_POSITIVE_CLASSES
     else:
-        raise ValueError(f"benchmark {name!r}: expected 'mnist' or 'cifar10'")
+        raise ConfigError(f"benchmark {name!r}: expected 'mnist' or 'cifar10'")
     data = readers.TrainTest(_subset(data.train, train_limit, seed),
                              _subset(data.test, test_limit, seed + 1), data.name, data.source)
     train_images = data.train.images.astype(np.float32) / 255.0
@@ -87,7 +88,7 @@ def _subset(part: readers.LabelledArrays, limit: int | None, seed: int) -> reade
     if limit is None or limit >= len(part.labels):
         return part
     if limit < 1:
-        raise ValueError(f"subset limit {limit}: expected a positive number of examples")
+        raise ConfigError(f"subset limit {limit}: expected a positive number of examples")
     idx = np.sort(np.random.default_rng(seed).choice(len(part.labels), limit, replace=False))
     return readers.LabelledArrays(part.images[idx], part.labels[idx])
 

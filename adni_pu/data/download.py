@@ -10,6 +10,8 @@ import tarfile
 import urllib.request
 from pathlib import Path
 
+from adni_pu.fileio import file_digest
+
 # SHA-256 of the *uncompressed* IDX files: gzip bytes differ between mirrors, content does not.
 MNIST_SOURCES = {
     "train-images-idx3-ubyte":
@@ -36,13 +38,6 @@ def _fetch(url: str, dest: Path) -> Path:
     return dest
 
 
-def _digest(path: Path, algorithm: str) -> str:
-    h = hashlib.new(algorithm)
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
 
 def download_mnist(directory: str | Path) -> Path:
     """Fetch the four MNIST files (.gz) into ``directory``; check the SHA-256 of their content."""
@@ -65,9 +60,9 @@ def download_cifar10(directory: str | Path) -> Path:
     """Fetch and unpack the CIFAR-10 python pickles into ``directory``; check the MD5."""
     directory = Path(directory)
     archive = directory / "cifar-10-python.tar.gz"
-    if not archive.is_file() or _digest(archive, "md5") != CIFAR10_MD5:
+    if not archive.is_file() or file_digest(archive, "md5") != CIFAR10_MD5:
         _fetch(CIFAR10_URL, archive)
-    found = _digest(archive, "md5")
+    found = file_digest(archive, "md5")
     if found != CIFAR10_MD5:
         archive.unlink()
         raise OSError(f"{archive}: MD5 {found}; expected {CIFAR10_MD5} (download corrupted)")

@@ -21,14 +21,12 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from adni_pu.errors import PUConstructionError
+
 Scheme = Literal["case-control", "censoring"]
 
 MNIST_POSITIVE_CLASSES = (0, 2, 4, 6, 8)
 CIFAR10_POSITIVE_CLASSES = (0, 1, 8, 9)  # airplane, automobile, ship, truck
-
-
-class PUConstructionError(ValueError):
-    """A PU request that cannot be met (too many labelled positives, bad prior, empty split)."""
 
 
 @dataclass

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from adni_pu.errors import DataFormatError
+
 MNIST_FILES = {
     "train_images": "train-images-idx3-ubyte",
     "train_labels": "train-labels-idx1-ubyte",
@@ -35,10 +37,6 @@ CIFAR10_CLASSES = (
     "airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck",
 )
 CIFAR10_COUNTS = {"train": 50000, "test": 10000}
-
-
-class DataFormatError(ValueError):
-    """A data file that is missing, truncated or not what its name says."""
 
 
 @dataclass(frozen=True)

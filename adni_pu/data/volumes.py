@@ -34,6 +34,8 @@ import torch
 from torch.utils.data import Dataset
 
 from adni_pu import atlas
+from adni_pu.errors import ConfigError, ManifestError
+from adni_pu.fileio import atomic_write_text
 
 BRANCH_KEYS: tuple[str, str, str] = ("brain", "hipp_l", "hipp_r")
 MANIFEST_COLUMNS: tuple[str, ...] = ("subject_id", "session_id", "scan_path", "pu_label",
@@ -81,29 +83,29 @@ class VolumeDataConfig:
         for name in ("grid_shape", "crop_shape", "brain_size", "hipp_size"):
             value = tuple(int(v) for v in getattr(self, name))
             if len(value) != 3 or min(value) < 1:
-                raise ValueError(f"{name}: expected three positive sizes, found {value}")
+                raise ConfigError(f"{name}: expected three positive sizes, found {value}")
             setattr(self, name, value)
         if any(c > g for c, g in zip(self.crop_shape, self.grid_shape)):
-            raise ValueError(f"crop_shape {self.crop_shape} is larger than the grid "
+            raise ConfigError(f"crop_shape {self.crop_shape} is larger than the grid "
                              f"{self.grid_shape}")
         if any(h > c for h, c in zip(self.hipp_size, self.crop_shape)):
-            raise ValueError(f"hipp_size {self.hipp_size} does not fit the crop {self.crop_shape}")
+            raise ConfigError(f"hipp_size {self.hipp_size} does not fit the crop {self.crop_shape}")
         if self.crop_start is not None:
             self.crop_start = tuple(int(v) for v in self.crop_start)  # type: ignore[assignment]
             if any(s < 0 or s + c > g for s, c, g in
                    zip(self.crop_start, self.crop_shape, self.grid_shape)):
-                raise ValueError(f"crop_start {self.crop_start} + crop_shape {self.crop_shape} "
+                raise ConfigError(f"crop_start {self.crop_start} + crop_shape {self.crop_shape} "
                                  f"leaves the grid {self.grid_shape}")
         if self.hipp_margin < 0:
-            raise ValueError(f"hipp_margin: expected >= 0, found {self.hipp_margin}")
+            raise ConfigError(f"hipp_margin: expected >= 0, found {self.hipp_margin}")
         for name in ("flip_prob", "affine_prob", "intensity_prob"):
             if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"{name}: expected a probability, found {getattr(self, name)}")
+                raise ConfigError(f"{name}: expected a probability, found {getattr(self, name)}")
         if self.normalization not in ("zscore", "percentile", "minmax", "none"):
-            raise ValueError(f"normalization: expected zscore, percentile, minmax or none, "
+            raise ConfigError(f"normalization: expected zscore, percentile, minmax or none, "
                              f"found {self.normalization!r}")
         if self.cache not in ("memory", "disk", "none"):
-            raise ValueError(f"cache: expected memory, disk or none, found {self.cache!r}")
+            raise ConfigError(f"cache: expected memory, disk or none, found {self.cache!r}")
         if self.cache_dir is not None:
             self.cache_dir = Path(self.cache_dir)
 
@@ -177,10 +179,7 @@ def hippocampus_box_record(config: VolumeDataConfig | None = None) -> dict[str, 
 
 def save_hippocampus_boxes(config: VolumeDataConfig, path: str | Path) -> Path:
     """Write :func:`hippocampus_box_record` as JSON (e.g. into a run folder)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(hippocampus_box_record(config), indent=2) + "\n")
-    return path
+    return atomic_write_text(path, json.dumps(hippocampus_box_record(config), indent=2) + "\n")
 
 
 # --------------------------------------------------------------------------- deterministic stage
@@ -191,11 +190,11 @@ def _check_grid(image: Any, expected: np.ndarray, shape: tuple[int, int, int]) -
     found_shape = tuple(int(s) for s in image.shape[1:])
     name = image.meta.get("filename_or_obj", "volume") if hasattr(image, "meta") else "volume"
     if found_shape != tuple(shape):
-        raise ValueError(f"{name}: expected a model-grid volume of shape {tuple(shape)}, "
+        raise ManifestError(f"{name}: expected a model-grid volume of shape {tuple(shape)}, "
                          f"found {found_shape}; run `adni-pu preprocess` first")
     affine = np.asarray(image.affine, dtype=float)
     if not np.allclose(affine, expected, atol=1e-3 * float(abs(expected[0, 0])) + 1e-4):
-        raise ValueError(f"{name}: affine (after RAS reorientation) is not the model grid's; "
+        raise ManifestError(f"{name}: affine (after RAS reorientation) is not the model grid's; "
                          f"expected {expected[:3].round(3).tolist()}, "
                          f"found {affine[:3].round(3).tolist()}")
     return image
@@ -383,11 +382,10 @@ def _read_manifest(manifest: Any, base_dir: str | Path | None):
     import pandas as pd
 
     if isinstance(manifest, (str, Path)):
+        from adni_pu.cohort.manifest import read_manifest  # the one manifest reader
+
         path = Path(manifest)
-        if not path.is_file():
-            raise FileNotFoundError(f"manifest {path} not found")
-        frame = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(
-            path, dtype={"subject_id": str, "session_id": str})
+        frame = read_manifest(path)
         base = Path(base_dir) if base_dir is not None else path.parent
     elif isinstance(manifest, pd.DataFrame):
         frame = manifest.copy()
@@ -397,7 +395,7 @@ def _read_manifest(manifest: Any, base_dir: str | Path | None):
                         f"{type(manifest).__name__}")
     missing = [c for c in MANIFEST_COLUMNS if c not in frame.columns]
     if missing:
-        raise ValueError(f"manifest lacks column(s) {missing}; expected {list(MANIFEST_COLUMNS)}")
+        raise ManifestError(f"manifest lacks column(s) {missing}; expected {list(MANIFEST_COLUMNS)}")
     return frame, base
 
 
@@ -417,7 +415,7 @@ def build_volume_dataset(manifest: Any, split: str, config: VolumeDataConfig | N
     rows = frame[frame["split"].astype(str) == split].reset_index(drop=True)
     if rows.empty:
         found = sorted(frame["split"].astype(str).unique())
-        raise ValueError(f"manifest has no rows in split {split!r}; splits found: {found}")
+        raise ManifestError(f"manifest has no rows in split {split!r}; splits found: {found}")
     digest = _digest(cfg)
     data = []
     for i, row in rows.iterrows():
@@ -425,7 +423,7 @@ def build_volume_dataset(manifest: Any, split: str, config: VolumeDataConfig | N
         if not path.is_absolute():
             path = base / path
         if not path.is_file():
-            raise FileNotFoundError(f"{row['subject_id']} {row['session_id']}: scan {path} "
+            raise ManifestError(f"{row['subject_id']} {row['session_id']}: scan {path} "
                                     "not found")
         stat = path.stat()
         truth = row["truth"]
@@ -461,7 +459,7 @@ def _cached_dataset(data: list[dict[str, Any]], cfg: VolumeDataConfig) -> Any:
             raise _unwrap(exc) from exc
     if cfg.cache == "disk":
         if cfg.cache_dir is None:
-            raise ValueError("cache = 'disk' needs cache_dir")
+            raise ConfigError("cache = 'disk' needs cache_dir")
         cfg.cache_dir.mkdir(parents=True, exist_ok=True)
         return PersistentDataset(data, transform, cache_dir=cfg.cache_dir)
     return MonaiDataset(data, transform)

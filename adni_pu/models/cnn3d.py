@@ -14,9 +14,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from adni_pu.config import preset_table
+from adni_pu.errors import ConfigError
+
 BRANCHES: tuple[str, str, str] = ("brain", "hipp_l", "hipp_r")
 
-PRESETS: dict[str, dict[str, Any]] = {
+CNN3D_PRESETS: dict[str, dict[str, Any]] = {
     # The paper: two conv blocks of 16 and 32 channels, FC 256.
     "paper": {"channels": (16, 32), "hidden": 256},
     # Twice the channels: more capacity at the same depth.
@@ -71,11 +74,11 @@ class ThreeBranchCNN3D(nn.Module):
         super().__init__()
         channels = tuple(int(c) for c in channels)
         if not channels or any(c < 1 for c in channels):
-            raise ValueError(f"channels: expected positive channel counts, found {channels}")
+            raise ConfigError(f"channels: expected positive channel counts, found {channels}")
         if hidden < 1:
-            raise ValueError(f"hidden: expected a positive width, found {hidden}")
+            raise ConfigError(f"hidden: expected a positive width, found {hidden}")
         if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout: expected a value in [0, 1), found {dropout}")
+            raise ConfigError(f"dropout: expected a value in [0, 1), found {dropout}")
         self.channels = channels
         self.brain_size = _triple(brain_size, "brain_size")
         self.hipp_size = _triple(hipp_size, "hipp_size")
@@ -87,7 +90,7 @@ class ThreeBranchCNN3D(nn.Module):
             sides = [_side_after(s, len(channels), kernel_size, padding, pool_size,
                                  pool_stride) for s in size]
             if min(sides) < 1:
-                raise ValueError(
+                raise ConfigError(
                     f"{name} input of {size} voxels is too small for {len(channels)} "
                     f"conv/pool blocks (kernel {kernel_size}, pool {pool_size}/{pool_stride})")
             n_features += channels[-1] * sides[0] * sides[1] * sides[2]
@@ -119,13 +122,11 @@ class ThreeBranchCNN3D(nn.Module):
 def _triple(value: int | Sequence[int], name: str) -> tuple[int, int, int]:
     out = (int(value),) * 3 if isinstance(value, int) else tuple(int(v) for v in value)
     if len(out) != 3 or min(out) < 1:
-        raise ValueError(f"{name}: expected one size or three positive sizes, found {value}")
+        raise ConfigError(f"{name}: expected one size or three positive sizes, found {value}")
     return out  # type: ignore[return-value]
 
 
 def build_cnn3d(preset: str = "paper", **overrides: Any) -> nn.Module:
     """The 3-branch 3D CNN from a preset (``paper``, ``wide``, ``deep``) plus overrides."""
-    if preset not in PRESETS:
-        raise ValueError(f"preset {preset!r}: expected one of {sorted(PRESETS)}")
-    kwargs = {**PRESETS[preset], **overrides}
+    kwargs = {**preset_table(CNN3D_PRESETS, preset), **overrides}
     return ThreeBranchCNN3D(**kwargs)

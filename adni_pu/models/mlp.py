@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from adni_pu.errors import ConfigError
+
 
 class MLP(nn.Module):
     """Hidden layers are Linear(no bias) - BatchNorm - ReLU; the last Linear has a bias."""
@@ -12,7 +14,7 @@ class MLP(nn.Module):
     def __init__(self, in_features: int = 784, hidden: int = 300, depth: int = 4) -> None:
         super().__init__()
         if depth < 1 or hidden < 1 or in_features < 1:
-            raise ValueError(f"MLP sizes must be positive: in={in_features} hidden={hidden} "
+            raise ConfigError(f"MLP sizes must be positive: in={in_features} hidden={hidden} "
                              f"depth={depth}")
         layers: list[nn.Module] = []
         width = in_features

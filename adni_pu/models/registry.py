@@ -7,6 +7,8 @@ from typing import Any
 
 from torch import nn
 
+from adni_pu.errors import ConfigError
+
 
 def _mlp6(**kw: Any) -> nn.Module:
     from adni_pu.models.mlp import MLP
@@ -43,5 +45,5 @@ def build_model(name: str, **kwargs: Any) -> nn.Module:
     try:
         factory = _REGISTRY[name]
     except KeyError:
-        raise ValueError(f"model {name!r}: expected one of {available_models()}") from None
+        raise ConfigError(f"model {name!r}: expected one of {available_models()}") from None
     return factory(**kwargs)

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from adni_pu import config as _config
+from adni_pu import config as cfgmod
+from adni_pu.errors import ConfigError
 
 #: Bumped when the pipeline's code changes what it writes, so old outputs are redone.
 PIPELINE_VERSION = "1"
@@ -33,11 +34,11 @@ class N4Settings:
 
     def __post_init__(self) -> None:
         if self.shrink_factor < 1:
-            raise ValueError(f"n4.shrink_factor must be >= 1, found {self.shrink_factor}")
+            raise ConfigError(f"n4.shrink_factor must be >= 1, found {self.shrink_factor}")
         if not self.iterations or any(i < 1 for i in self.iterations):
-            raise ValueError(f"n4.iterations must be positive, found {self.iterations}")
+            raise ConfigError(f"n4.iterations must be positive, found {self.iterations}")
         if self.control_points < 4:
-            raise ValueError(f"n4.control_points must be >= 4, found {self.control_points}")
+            raise ConfigError(f"n4.control_points must be >= 4, found {self.control_points}")
 
 
 @dataclass
@@ -50,7 +51,7 @@ class SkullStripSettings:
 
     def __post_init__(self) -> None:
         if not 0.0 < self.threshold < 1.0:
-            raise ValueError(f"skullstrip.threshold must be in (0, 1), found {self.threshold}")
+            raise ConfigError(f"skullstrip.threshold must be in (0, 1), found {self.threshold}")
 
 
 @dataclass
@@ -69,12 +70,12 @@ class RegistrationSettings:
     def __post_init__(self) -> None:
         n = len(self.iterations)
         if len(self.shrink_factors) != n or len(self.smoothing_sigmas) != n:
-            raise ValueError(
+            raise ConfigError(
                 "registration.iterations, shrink_factors and smoothing_sigmas must have the "
                 f"same length, found {n}, {len(self.shrink_factors)}, {len(self.smoothing_sigmas)}"
             )
         if not 0.5 <= self.resolution_mm <= 8.0:
-            raise ValueError(
+            raise ConfigError(
                 f"registration.resolution_mm must be in [0.5, 8], found {self.resolution_mm}"
             )
 
@@ -98,7 +99,7 @@ class IntensitySettings:
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.low_percentile < self.high_percentile <= 100.0:
-            raise ValueError(
+            raise ConfigError(
                 "intensity percentiles must satisfy 0 <= low < high <= 100, found "
                 f"{self.low_percentile}, {self.high_percentile}"
             )
@@ -223,7 +224,7 @@ class DiscoverySettings:
                 try:
                     re.compile(pattern)
                 except re.error as exc:
-                    raise ValueError(
+                    raise ConfigError(
                         f"discovery.{name}: expected regular expressions, found {pattern!r} "
                         f"({exc})") from exc
 
@@ -240,7 +241,7 @@ class RunnerSettings:
 
     def __post_init__(self) -> None:
         if self.workers < 1 or self.threads_per_worker < 1:
-            raise ValueError(
+            raise ConfigError(
                 f"runner.workers and threads_per_worker must be >= 1, found "
                 f"{self.workers}, {self.threads_per_worker}"
             )
@@ -269,7 +270,7 @@ def settings_hash(cfg: PreprocessConfig) -> str:
     The runner and discovery settings are left out: they decide which scans run and
     where, not what a scan's outputs are.
     """
-    data = _config.to_dict(cfg)
+    data = cfgmod.to_dict(cfg)
     data.pop("runner", None)
     data.pop("discovery", None)
     data["pipeline_version"] = PIPELINE_VERSION
@@ -281,4 +282,4 @@ def load_config(
     path: str | Path | None = None, overrides: list[str] | None = None
 ) -> PreprocessConfig:
     """Settings from an optional TOML file plus ``key=value`` overrides."""
-    return _config.load(PreprocessConfig, path, overrides)
+    return cfgmod.load(PreprocessConfig, path, overrides)

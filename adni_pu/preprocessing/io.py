@@ -15,20 +15,18 @@ import datetime as dt
 import gzip
 import os
 import re
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from adni_pu.errors import ScanError
+from adni_pu.fileio import write_temporary as write_file_atomic  # tests replace it here
+
 from .config import DiscoverySettings, ValidationSettings
 
 NIFTI_SUFFIXES = (".nii", ".nii.gz")
-
-
-class ScanError(ValueError):
-    """A scan that cannot be read or is not a plausible T1 volume."""
 
 
 @dataclass(frozen=True)
@@ -466,23 +464,6 @@ def nifti_bytes(
     img.set_sform(affine, code=4 if mni else 1)
     return gzip.compress(img.to_bytes(), compresslevel=4)
 
-
-def write_file_atomic(path: Path, data: bytes) -> Path:
-    """Write ``data`` to a temporary file beside ``path`` and return the temporary path.
-
-    The caller renames it into place (see :func:`write_outputs`). Tests replace this
-    function to simulate a full disk or a permission error.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return Path(tmp)
 
 
 def write_outputs(files: dict[Path, bytes], last: Iterable[Path] = ()) -> None:

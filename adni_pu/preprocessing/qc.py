@@ -20,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
+from adni_pu.errors import OutputError
+
 from .config import QCSettings
 
 #: Metrics used to rank outliers; direction says which side is suspicious.
@@ -403,7 +405,7 @@ def contact_sheet(
     output = Path(output)
     ranked = rank_outliers(load_sidecars(output))
     if not ranked:
-        raise FileNotFoundError(f"{output}: no *_sidecar.json found; run adni-pu preprocess first")
+        raise OutputError(f"{output}: no *_sidecar.json found; run adni-pu preprocess first")
     outliers = [r for r in ranked if r["outlier_score"] > z_threshold]
     out_png = Path(out_png) if out_png else output / "qc_contact_sheet.png"
     n = len(ranked)

@@ -29,6 +29,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from adni_pu import config as cfgmod
+from adni_pu.errors import ConfigError, OutputError, ShardMergeError
+from adni_pu.progress import progress_bar
 
 from .config import PreprocessConfig, settings_hash
 from .io import Scan, discover
@@ -62,18 +64,14 @@ class PreprocessInterrupted(KeyboardInterrupt):
                 f"{self.total} scans finished, the rest were cancelled{where}")
 
 
-class OutputError(ValueError):
-    """The output path cannot be used as the output folder."""
-
-
 def parse_shard(text: str) -> tuple[int, int]:
     """``"i/N"`` -> (i, N) with 1 <= i <= N (cluster array jobs count from 1)."""
     match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text or "")
     if not match:
-        raise ValueError(f"shard {text!r}: expected i/N, e.g. 2/10")
+        raise ConfigError(f"shard {text!r}: expected i/N, e.g. 2/10")
     i, n = int(match.group(1)), int(match.group(2))
     if not 1 <= i <= n:
-        raise ValueError(f"shard {text!r}: expected 1 <= i <= N, found i={i}, N={n}")
+        raise ConfigError(f"shard {text!r}: expected 1 <= i <= N, found i={i}, N={n}")
     return i, n
 
 
@@ -139,11 +137,6 @@ def _process_one_threads(scan: Scan, output: str, config: PreprocessConfig, thre
     _worker_init(threads)
     return _process_one(scan, output, config)
 
-
-def _progress(total: int, enabled: bool):
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc="preprocess", unit="scan", disable=not enabled)
 
 
 def run_preprocessing(
@@ -219,7 +212,7 @@ def run_preprocessing(
                 _run_dask(todo, output, config, client, collect)
             elif runner.workers <= 1 or len(todo) <= 1:
                 _worker_init(runner.threads_per_worker)
-                with _progress(len(todo), runner.progress) as bar:
+                with progress_bar(len(todo), "preprocess", runner.progress, unit="scan") as bar:
                     for scan in todo:
                         collect(_process_one(scan, str(output), config))
                         bar.update(1)
@@ -279,7 +272,7 @@ def run_in_workers(jobs: Sequence[tuple[Scan, str | Path]], config: PreprocessCo
     pool = ProcessPoolExecutor(max_workers=max(1, min(workers, len(jobs))), mp_context=ctx,
                                initializer=_worker_init, initargs=(threads, os.getpid()))
     try:
-        with _progress(len(jobs), progress) as bar:
+        with progress_bar(len(jobs), "preprocess", progress, unit="scan") as bar:
             futures = {pool.submit(_process_one, scan, str(out), config): scan
                        for scan, out in jobs}
             for fut in as_completed(futures):
@@ -329,7 +322,7 @@ def _run_dask(scans: list[Scan], output: Path, config: PreprocessConfig, client:
                                  config.runner.threads_per_worker, pure=False) for s in scans]
         by_key = {f.key: s for f, s in zip(futures, scans)}
         try:
-            with _progress(len(scans), config.runner.progress) as bar:
+            with progress_bar(len(scans), "preprocess", config.runner.progress, unit="scan") as bar:
                 for fut in dask_completed(futures):
                     collect(_result_or_failure(fut, by_key[fut.key]))
                     bar.update(1)
@@ -340,10 +333,6 @@ def _run_dask(scans: list[Scan], output: Path, config: PreprocessConfig, client:
     finally:
         if own:
             client.close()
-
-
-class ShardMergeError(ValueError):
-    """Shard summaries that cannot be merged (a shard missing, a foreign file)."""
 
 
 def shard_summary_path(output: str | Path, i: int, n: int) -> Path:

@@ -18,12 +18,10 @@ import functools
 import numpy as np
 from scipy import ndimage
 
+from adni_pu.errors import SkullStripError
+
 from .config import RegistrationSettings, SkullStripSettings
 from .n4 import head_mask
-
-
-class SkullStripError(RuntimeError):
-    """Skull stripping could not produce a mask."""
 
 
 @functools.lru_cache(maxsize=1)

@@ -1,14 +1,16 @@
 """Settings of the one PU trainer, and the named presets of the paper's ablation table.
 
 Every method (naive PN, uPU, nnPU, Self-PU and each ablation row) is a configuration of
-:class:`TrainConfig`; :data:`PRESETS` maps a row name to the settings that make it.
+:class:`TrainConfig`; :data:`TRAINING_PRESETS` maps a row name to the settings that make it.
 """
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from adni_pu import config as cfgmod
+from adni_pu.errors import ConfigError
 
 Method = Literal["naive", "upu", "nnpu", "selfpu"]
 Criterion = Literal["pu_risk", "pu_zero_one", "pu_auc", "pn_accuracy"]
@@ -67,18 +69,18 @@ class SelfPUConfig:
 
     def __post_init__(self) -> None:
         if not 0 <= self.warmup_epochs <= self.self_paced_end:
-            raise ValueError(
+            raise ConfigError(
                 f"warmup_epochs={self.warmup_epochs} and self_paced_end={self.self_paced_end}: "
                 "expected 0 <= warmup_epochs <= self_paced_end"
             )
         if self.select_every < 1:
-            raise ValueError(f"select_every={self.select_every}: expected >= 1")
+            raise ConfigError(f"select_every={self.select_every}: expected >= 1")
         if not self.rates or any(not 0.0 <= r <= 1.0 for r in self.rates):
-            raise ValueError(f"rates={self.rates}: expected one or more numbers in [0, 1]")
+            raise ConfigError(f"rates={self.rates}: expected one or more numbers in [0, 1]")
         if len(self.rates) > 2:
-            raise ValueError(f"rates={self.rates}: at most two students")
+            raise ConfigError(f"rates={self.rates}: at most two students")
         if not 0.0 <= self.ema_decay < 1.0:
-            raise ValueError(f"ema_decay={self.ema_decay}: expected a number in [0, 1)")
+            raise ConfigError(f"ema_decay={self.ema_decay}: expected a number in [0, 1)")
 
 
 @dataclass
@@ -129,16 +131,16 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         if self.epochs < 1 or self.batch_size < 2:
-            raise ValueError(f"epochs={self.epochs}, batch_size={self.batch_size}: "
+            raise ConfigError(f"epochs={self.epochs}, batch_size={self.batch_size}: "
                              "expected epochs >= 1 and batch_size >= 2")
         if self.prior is not None and not 0.0 < self.prior < 1.0:
-            raise ValueError(f"prior={self.prior}: expected a number in (0, 1)")
+            raise ConfigError(f"prior={self.prior}: expected a number in (0, 1)")
         if self.val_criterion == "pn_accuracy" and not self.pn_validation:
-            raise ValueError("val_criterion='pn_accuracy' needs pn_validation=true")
+            raise ConfigError("val_criterion='pn_accuracy' needs pn_validation=true")
         if self.crop_padding < 0:
-            raise ValueError(f"crop_padding={self.crop_padding}: expected >= 0")
+            raise ConfigError(f"crop_padding={self.crop_padding}: expected >= 0")
         if self.selfpu.meta_objective == "pn_ce" and not self.pn_validation:
-            raise ValueError("selfpu.meta_objective='pn_ce' needs pn_validation=true")
+            raise ConfigError("selfpu.meta_objective='pn_ce' needs pn_validation=true")
 
 
 def _sp(**kw: Any) -> dict[str, Any]:
@@ -149,7 +151,7 @@ _NO_DISTILL = {"student_consistency": "none", "teachers": False}
 _ONE = {"rates": [0.3], **_NO_DISTILL}
 
 # The rows of Table 1 of the paper, plus the baselines and the published-code variant.
-PRESETS: dict[str, dict[str, Any]] = {
+TRAINING_PRESETS: dict[str, dict[str, Any]] = {
     "naive": {"method": "naive"},
     "upu": {"method": "upu"},
     "nnpu": {"method": "nnpu"},
@@ -186,6 +188,4 @@ PRESET_DESCRIPTIONS: dict[str, str] = {
 
 def preset_settings(name: str) -> dict[str, Any]:
     """The settings (as a nested dict) of preset ``name``."""
-    if name not in PRESETS:
-        raise ValueError(f"preset {name!r}: expected one of {sorted(PRESETS)}")
-    return copy.deepcopy(PRESETS[name])
+    return cfgmod.preset_table(TRAINING_PRESETS, name)

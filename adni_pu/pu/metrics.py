@@ -7,6 +7,17 @@ import math
 import numpy as np
 
 
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    """Probability from a logit (the array's dtype is kept)."""
+    return 1.0 / (1.0 + np.exp(-np.asarray(x)))
+
+
+def logit(p: np.ndarray, eps: float = 1e-7) -> np.ndarray:
+    """Logit of a probability, clipped to [eps, 1 - eps] so 0 and 1 stay finite."""
+    p = np.clip(p, eps, 1 - eps)
+    return np.log(p / (1 - p))
+
+
 def roc_auc(scores: np.ndarray, labels: np.ndarray) -> float:
     """Area under the ROC curve (Mann-Whitney, ties counted half); nan with one class."""
     scores = np.asarray(scores, dtype=np.float64)
@@ -114,3 +125,26 @@ def summarise(values: list[float]) -> dict[str, float]:
         return {"mean": float("nan"), "std": float("nan"), "n": 0}
     std = float(arr.std(ddof=1)) if arr.size > 1 else 0.0
     return {"mean": float(arr.mean()), "std": std, "n": int(arr.size)}
+
+
+def format_ci(entry: dict[str, float]) -> str:
+    """``0.812 [0.701, 0.903]`` (``n/a`` where undefined)."""
+    def f(v: float | None) -> str:
+        return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.3f}"
+
+    return f"{f(entry['value'])} [{f(entry['ci_low'])}, {f(entry['ci_high'])}]"
+
+
+def roc_curve(scores: np.ndarray, truth: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """False- and true-positive rates at every threshold (unknown truth left out)."""
+    scores = np.asarray(scores, dtype=float)
+    truth = np.asarray(truth, dtype=float)
+    keep = ~np.isnan(truth)
+    scores, y = scores[keep], truth[keep].astype(bool)
+    order = np.argsort(-scores, kind="stable")
+    scores, y = scores[order], y[order]
+    distinct = np.r_[np.flatnonzero(np.diff(scores)), len(y) - 1] if len(y) else np.array([], int)
+    tps = np.cumsum(y)[distinct] if len(y) else np.zeros(0)
+    fps = (distinct + 1 - tps) if len(y) else np.zeros(0)
+    n_pos, n_neg = max(int(y.sum()), 1), max(int((~y).sum()), 1)
+    return np.r_[0.0, fps / n_neg], np.r_[0.0, tps / n_pos]

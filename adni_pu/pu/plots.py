@@ -6,6 +6,10 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from adni_pu.fileio import atomic_write
+
 
 def _series(history: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
     xs, ys = [], []
@@ -18,9 +22,7 @@ def _series(history: list[dict[str, Any]], key: str) -> tuple[list[int], list[fl
 
 
 def _save(fig: Any, path: Path) -> None:
-    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
-    fig.savefig(tmp, dpi=110, bbox_inches="tight")
-    tmp.replace(path)
+    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight"))
 
 
 def plot_training(history: list[dict[str, Any]], run_dir: Path, criterion: str) -> list[Path]:
@@ -69,3 +71,30 @@ def plot_training(history: list[dict[str, Any]], run_dir: Path, criterion: str) 
         plt.close(fig)
         written.append(run_dir / "trusted_set.png")
     return written
+
+
+def roc_plot(scores: np.ndarray, truth: np.ndarray, path: Path, title: str = "",
+             auc: dict[str, float] | None = None, curves: dict[str, tuple] | None = None) -> Path:
+    """Save an ROC plot (one curve, or several named ``(scores, truth)`` pairs)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from adni_pu.pu.metrics import format_ci, roc_curve
+
+    fig, ax = plt.subplots(figsize=(4.5, 4.5))
+    for name, (s, t) in (curves or {"model": (scores, truth)}).items():
+        fpr, tpr = roc_curve(s, t)
+        label = name
+        if curves is None and auc is not None:
+            label = f"AUC {format_ci(auc)}"
+        ax.plot(fpr, tpr, lw=1.8, label=label)
+    ax.plot([0, 1], [0, 1], ls="--", c="grey", lw=0.8)
+    ax.set(xlabel="1 - specificity", ylabel="sensitivity", xlim=(-0.01, 1.01),
+           ylim=(-0.01, 1.01), title=title)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
+    plt.close(fig)
+    return path

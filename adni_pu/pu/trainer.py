@@ -29,10 +29,7 @@ once per epoch, Kiryo's branch is a ``torch.where``.
 from __future__ import annotations
 
 import contextlib
-import csv
-import json
 import math
-import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -46,19 +43,16 @@ from torch import nn
 
 from adni_pu import config as cfgmod
 from adni_pu.data.pu import PUData, PUSplit
-from adni_pu.provenance import provenance
-from adni_pu.pu import calibration, losses
+from adni_pu.progress import progress_bar
+from adni_pu.pu import calibration, checkpoint, losses, selfpu_loss
 from adni_pu.pu.config import TrainConfig
-from adni_pu.pu.metrics import binary_metrics, roc_auc
-from adni_pu.pu.teacher import MeanTeacher, sigmoid_rampup, teacher_consistency
+from adni_pu.pu.metrics import binary_metrics, logit, roc_auc, sigmoid
+from adni_pu.pu.recorders import Recorder, run_folder_recorders
+from adni_pu.pu.teacher import MeanTeacher, teacher_consistency
 from adni_pu.pu.trusted_set import TrustedSet, select_trusted_set, target_size
 
 ModelFactory = Callable[[], nn.Module]
 LOWER_IS_BETTER = {"pu_risk": True, "pu_zero_one": True, "pu_auc": False, "pn_accuracy": False}
-
-
-class ResumeError(RuntimeError):
-    """A checkpoint that does not belong to this run's settings."""
 
 
 @dataclass
@@ -98,12 +92,6 @@ def to_device(x: Any, device: torch.device) -> Any:
         return type(x)(to_device(v, device) for v in x)
     return x
 
-
-def _atomic_torch_save(obj: Any, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
 
 
 class _OutOfTime(Exception):
@@ -187,7 +175,13 @@ class Trainer:
         model_factory: ModelFactory | None = None,
         collate: Callable[[list[Any]], Any] | None = None,
         log: Callable[[str], None] | None = None,
+        distributed: Any = None,
+        recorders: list[Recorder] | None = None,
     ) -> None:
+        """``distributed``: the :class:`~adni_pu.distributed.DistributedRun` this process is
+        one rank of (torchrun), or None for a single process. ``recorders``: what is written
+        at fit start, epoch end and fit end (default: the run folder's files,
+        :func:`adni_pu.pu.recorders.run_folder_recorders`)."""
         self.cfg = config
         self.sp = config.selfpu
         self.data = data
@@ -240,11 +234,13 @@ class Trainer:
             torch.compile(st.model) if config.compile else st.model for st in self.students]
         self._resident: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self.history: list[dict[str, Any]] = []
+        self.recorders = run_folder_recorders(self.run_dir) if recorders is None else recorders
         self.best: dict[str, Any] = {"score": None, "epoch": -1, "candidate": "", "state": None}
         self.start_epoch = 0
-        self._writer: Any = None
-        # Set by adni_pu.distributed.attach() for multi-process (torchrun) training.
-        self.ddp: Any = None
+        # The DistributedRun of multi-process (torchrun) training, passed in; None when single.
+        if distributed is not None:
+            distributed.check_device(self.device)
+        self.ddp: Any = distributed
 
     @property
     def is_main(self) -> bool:
@@ -332,7 +328,7 @@ class Trainer:
         for st in self.students:
             size = target_size(epoch, len(self.candidates_u), st.rate, self.sp.warmup_epochs,
                                self.sp.self_paced_end, self.sp.select_every, self.sp.schedule)
-            scores = 1.0 / (1.0 + np.exp(-self.predict_logits(st.model, self.data.train)))
+            scores = sigmoid(self.predict_logits(st.model, self.data.train))
             st.trusted = select_trusted_set(scores, self.candidates_u, size, self.sp.labels,
                                             st.trusted, self.sp.replacement, epoch)
             st.prior_rest = self._prior_rest(st.trusted)
@@ -397,16 +393,8 @@ class Trainer:
 
     def _baseline_loss(self, logits: torch.Tensor, s: torch.Tensor, lay: _Layout
                        ) -> tuple[torch.Tensor, dict[str, Any]]:
-        method = self.cfg.method
-        if method == "naive":
-            loss = losses.naive_pn_loss(logits, s)
-            return loss, {"loss": loss.detach().double()}
-        risk = losses.pu_risk(logits[lay.pos], logits[lay.unl], self.prior, self.prior_u)
-        if method == "upu":
-            return risk.unbiased, {"loss": risk.unbiased.detach().double()}
-        objective, fired = losses.nnpu_step_objective(risk, self.cfg.beta, self.cfg.gamma)
-        return objective, {"loss": risk.non_negative.detach().double(),
-                           "nn_correction": fired.double()}
+        return selfpu_loss.baseline_loss(self.cfg.method, logits, s, lay.pos, lay.unl,
+                                         self.prior, self.prior_u, self.cfg.beta, self.cfg.gamma)
 
     def _student_loss(
         self,
@@ -422,82 +410,31 @@ class Trainer:
         meta: tuple[Any, torch.Tensor, torch.Tensor, int] | None,
         member_target: torch.Tensor,
     ) -> tuple[torch.Tensor, dict[str, Any]]:
-        """Self-PU loss of student ``k``; statistics are device tensors or host floats."""
+        """Self-PU loss of student ``k`` (:mod:`adni_pu.pu.selfpu_loss`) on this batch."""
         if phase == 1:
             return self._baseline_loss(logits, s, lay)
         st = self.students[k]
         sp = self.sp
-        n = lay.n
-        trusted, rest_u = lay.trusted[k], lay.rest[k]
-        n_trusted, n_rest = len(trusted), len(rest_u)
-        stats: dict[str, Any] = {}
-        if n_trusted:
-            t_logits = logits[trusted]
-            if sp.labels == "entropy":
-                ce = losses.entropy(t_logits).mean()
-            else:
-                ce = losses.soft_cross_entropy(t_logits, member_target[idx[trusted]]).mean()
-        else:
-            ce = logits.sum() * 0.0
-        u_logits = logits[rest_u]
-        reweight = sp.reweight and (phase == 2 or sp.reweight_in_phase3) and n_rest > 0
-        entropy_term = logits.sum() * 0.0
-        weights_u = None
-        if reweight and meta is not None:
-            h = losses.entropy(u_logits)
-            l_neg = losses.sigmoid_loss(u_logits, -1.0)
-            w = calibration.calibration_weights(
-                st.model, h, l_neg, self._meta_objective(st.model, *meta), sp.meta_step_size,
-                n, sp.meta_ce_cap, sp.meta_sign_flip,
-            )
-            weights_u = w.pu
-            entropy_term = (w.ce * h).sum() / n_rest
-            stats.update(w.stats())
-        risk = losses.pu_risk(logits[lay.pos], u_logits, st.prior_rest, weights_u=weights_u)
-        pu_obj, fired = losses.nnpu_step_objective(risk, self.cfg.beta, self.cfg.gamma)
-        frac = n_trusted / n
-        loss = frac * ce + (1.0 - frac) * (pu_obj + entropy_term)
-        stats.update({"trusted_ce": ce.detach().double(),
-                      "nnpu": risk.non_negative.detach().double(),
-                      "nn_correction": fired.double(), "trusted_in_batch": frac})
+        trusted = lay.trusted[k]
+        calibrate = None
+        if meta is not None:
+            def calibrate(h: torch.Tensor, l_neg: torch.Tensor) -> Any:
+                return calibration.calibration_weights(
+                    st.model, h, l_neg, self._meta_objective(st.model, *meta),
+                    sp.meta_step_size, lay.n, sp.meta_ce_cap, sp.meta_sign_flip)
+
+        loss, pu_obj, stats = selfpu_loss.student_loss(
+            logits, pos=lay.pos, trusted=trusted, rest_u=lay.rest[k], n=lay.n, phase=phase,
+            sp=sp, prior_rest=st.prior_rest, beta=self.cfg.beta, gamma=self.cfg.gamma,
+            trusted_target=lambda: member_target[idx[trusted]], calibrate=calibrate)
         if phase == 3:
-            loss = loss + self._distillation(st, logits, other_logits, x, s, lay.outside[k],
-                                             pu_obj, epoch, stats)
+            teacher = st.teacher
+            teacher_loss = (None if teacher is None else
+                            lambda: teacher_consistency(logits, teacher.model, x))
+            loss = loss + selfpu_loss.distillation(logits, other_logits, s, lay.outside[k],
+                                                   pu_obj, sp, epoch, teacher_loss, stats)
         stats["loss"] = loss.detach().double()
         return loss, stats
-
-    def _distillation(self, st: Student, logits: torch.Tensor, other: torch.Tensor | None,
-                      x: Any, s: torch.Tensor, outside: torch.Tensor, pu_obj: torch.Tensor,
-                      epoch: float, stats: dict[str, Any]) -> torch.Tensor:
-        sp = self.sp
-        extra = logits.sum() * 0.0
-        prob = torch.sigmoid(logits)
-        n_out = len(outside)
-        if other is not None and sp.student_consistency != "none":
-            mse = (prob[outside] - torch.sigmoid(other[outside]).detach()) ** 2
-            if sp.student_consistency == "per_example":
-                sign = torch.where(s[outside] == 1, 1.0, -1.0)
-                pu_each = losses.sigmoid_loss(logits[outside], sign).detach()
-                hard = pu_each > sp.alpha * mse.detach()
-                l_st = (mse * hard).sum() / max(n_out, 1)
-                stats["hard_fraction"] = hard.float().mean().double() if n_out else 0.0
-            else:
-                batch_mse = mse.mean() if n_out else extra
-                # compared in float64, as the value read on the host was before
-                gate = (batch_mse.detach().double()
-                        < sp.batch_gate * pu_obj.detach().double().abs())
-                l_st = torch.where(gate, batch_mse, extra)
-                stats["hard_fraction"] = gate.double()
-            stats["student_consistency"] = l_st.detach().double()
-            extra = extra + sp.student_weight * l_st
-        if st.teacher is not None:
-            l_t = teacher_consistency(logits, st.teacher.model, x)
-            weight = sp.teacher_weight * sigmoid_rampup(epoch - sp.self_paced_end,
-                                                        sp.teacher_rampup_epochs)
-            stats["teacher_consistency"] = l_t.detach().double()
-            stats["teacher_weight"] = weight
-            extra = extra + weight * l_t
-        return extra
 
     # ------------------------------------------------------------------ one epoch
 
@@ -578,8 +515,8 @@ class Trainer:
                  else iter([None] * len(batches)))
         layouts = self._layouts(batches, [m for m, _ in memberships], phase)
         values: dict[str, list[Any]] = {}
-        progress = _progress(len(batches), f"epoch {epoch + 1}/{self.cfg.epochs}",
-                             self.cfg.progress)
+        progress = progress_bar(len(batches), f"epoch {epoch + 1}/{self.cfg.epochs}",
+                                self.cfg.progress, leave=False, terminal_only=True)
         data = self._train_batches(batches, epoch)
         for b, ((x, s, idx), lay, meta) in enumerate(zip(data, layouts, metas)):
             if deadline is not None and time.monotonic() > deadline:
@@ -609,7 +546,7 @@ class Trainer:
             progress.update(1)
         progress.close()
         if self.ddp is not None:  # BatchNorm statistics: the mean over ranks
-            self.ddp.sync_buffers(self)
+            self.ddp.sync_buffers([st.model for st in self.students])
         for st in self.students:
             st.scheduler.step()
         return _epoch_means(values)
@@ -677,18 +614,18 @@ class Trainer:
 
     def _candidate_state(self, name: str) -> dict[str, Any]:
         if name == "average":
-            return {"average": [_cpu_state(st.teacher.model) for st in self.students
+            return {"average": [checkpoint.cpu_state(st.teacher.model) for st in self.students
                                 if st.teacher is not None]}
         models = {st.name: st.model for st in self.students}
         models.update(self.candidates())
-        return {"single": _cpu_state(models[name])}
+        return {"single": checkpoint.cpu_state(models[name])}
 
     def best_model(self) -> Callable[[Any], torch.Tensor] | nn.Module:
         """The chosen model (a module, or a callable averaging two teachers' probabilities)."""
         state = self.best["state"]
         if state is None:
             raise RuntimeError("no model has been selected yet; call fit() first")
-        return load_selected(state, self.model_factory, self.device)
+        return checkpoint.load_selected(state, self.model_factory, self.device)
 
     def evaluate_split(self, split: PUSplit) -> tuple[dict[str, float], np.ndarray]:
         """Metrics of the selected model on ``split`` (call after :meth:`fit`)."""
@@ -712,9 +649,10 @@ class Trainer:
         if deadline is not None and self.ddp is not None:
             raise ValueError("fit(deadline=...) is not supported with distributed training")
         self._maybe_resume()  # first: a refused resume must not rewrite the run's files
-        self._prepare_run_dir()
+        for recorder in self.recorders:
+            recorder.fit_start(self)
         if self.ddp is not None:
-            self.ddp.wrap(self)
+            self.ddp.wrap([st.model for st in self.students], self.device)
         first = self.start_epoch
         complete = True
         for epoch in range(self.start_epoch, self.cfg.epochs):
@@ -746,10 +684,11 @@ class Trainer:
             row.update({"time/select_seconds": t_select, "time/train_seconds": t_train,
                         "time/epoch_seconds": t_total})
             self.history.append(row)
-            self._log_epoch(row)
-            self._checkpoint(epoch)
+            for recorder in self.recorders:
+                recorder.epoch_end(self, row)
         if complete:
-            self._finish()
+            for recorder in self.recorders:
+                recorder.fit_end(self)
         else:
             self.log(f"stopped at the time limit after epoch {len(self.history)}/"
                      f"{self.cfg.epochs}; fit again to continue from the checkpoint")
@@ -765,46 +704,7 @@ class Trainer:
             return time.monotonic() < deadline
         return time.monotonic() + max(seen) < deadline
 
-    # ------------------------------------------------------------------ run folder
-
-    def _prepare_run_dir(self) -> None:
-        if self.run_dir is None or not self.is_main:
-            return
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        cfgmod.save(self.cfg, self.run_dir / "config.toml")
-        cfgmod.atomic_write_text(self.run_dir / "provenance.json",
-                                 json.dumps(provenance(), indent=2) + "\n")
-        info = dict(self.data.info)
-        info.update({"prior_used": self.prior, "prior_u": self.prior_u,
-                     "n_labelled_entries": self.n_p, "n_unlabelled_entries": self.n_u})
-        cfgmod.atomic_write_text(self.run_dir / "data.json", json.dumps(info, indent=2) + "\n")
-
-    def _config_fingerprint(self) -> str:
-        settings = cfgmod.to_dict(self.cfg)
-        for key in ("epochs", "progress", "num_workers", "threads", "device", "track_test"):
-            settings.pop(key, None)
-        return json.dumps(settings, sort_keys=True)
-
-    def _checkpoint(self, epoch: int) -> None:
-        if self.run_dir is None or not self.is_main:
-            return
-        state = {
-            "epoch": epoch,
-            "fingerprint": self._config_fingerprint(),
-            "students": [
-                {"model": st.model.state_dict(), "optimizer": st.optimizer.state_dict(),
-                 "scheduler": st.scheduler.state_dict(), "trusted": st.trusted.state(),
-                 "prior_rest": st.prior_rest,
-                 "teacher": st.teacher.state_dict() if st.teacher is not None else None}
-                for st in self.students
-            ],
-            "history": self.history,
-            "best": self.best,
-        }
-        if self.cfg.checkpoint_precision == "bfloat16":
-            state["students"] = _half_size(state["students"])
-            state["best"] = {**self.best, "state": _half_size(self.best["state"])}
-        _atomic_torch_save(state, self.run_dir / "checkpoints" / "last.pt")
+    # ------------------------------------------------------------------ checkpoint
 
     def check_resume(self) -> dict[str, Any] | None:
         """The run folder's checkpoint (None when there is none).
@@ -815,82 +715,15 @@ class Trainer:
         """
         if self.run_dir is None:
             return None
-        path = self.run_dir / "checkpoints" / "last.pt"
-        if not path.is_file():
-            return None
-        state = torch.load(path, map_location=self.device, weights_only=False)
-        if state["fingerprint"] != self._config_fingerprint():
-            raise ResumeError(
-                f"{path}: checkpoint made with other settings; expected the settings in "
-                f"{self.run_dir / 'config.toml'}; use a new run folder or delete the checkpoint"
-            )
-        return state
+        return checkpoint.read_last(self.run_dir / checkpoint.LAST, self.cfg, self.device,
+                                    self.run_dir / "config.toml")
 
     def _maybe_resume(self) -> None:
         state = self.check_resume()
         if state is None:
             return
-        path = self.run_dir / "checkpoints" / "last.pt"  # type: ignore[operator]
-        for st, saved in zip(self.students, state["students"]):
-            st.model.load_state_dict(saved["model"])
-            st.optimizer.load_state_dict(saved["optimizer"])
-            st.scheduler.load_state_dict(saved["scheduler"])
-            st.trusted = TrustedSet.from_state(saved["trusted"])
-            st.prior_rest = saved["prior_rest"]
-            if saved["teacher"] is not None:
-                st.teacher = MeanTeacher(st.model, self.sp.teacher_average, self.sp.ema_decay)
-                st.teacher.load_state_dict(saved["teacher"])
-        self.history = state["history"]
-        self.best = state["best"]
-        self.start_epoch = state["epoch"] + 1
-        self.log(f"resumed from {path} after epoch {state['epoch'] + 1}")
-
-    def _log_epoch(self, row: dict[str, Any]) -> None:
-        crit = self.cfg.val_criterion
-        parts = [f"epoch {row['epoch'] + 1}/{self.cfg.epochs}", f"phase {row['phase']}"]
-        for st in self.students:
-            if f"train/{st.name}/loss" in row:
-                parts.append(f"{st.name} loss {row[f'train/{st.name}/loss']:.4f}")
-        parts.append(f"val {crit} {row['selected/score']:.4f} ({row['selected/candidate']})")
-        tests = [v for k, v in row.items() if k.startswith("test_diagnostic/")]
-        if tests:
-            parts.append(f"test acc (diagnostic) {max(tests):.4f}")
-        parts.append(f"{row['time/epoch_seconds']:.1f}s")
-        if not self.is_main:
-            return
-        self.log(" | ".join(parts))
-        if self.run_dir is None:
-            return
-        if self._writer is None:
-            with contextlib.suppress(ImportError):
-                from torch.utils.tensorboard import SummaryWriter
-
-                self._writer = SummaryWriter(str(self.run_dir / "tensorboard"))
-        if self._writer is not None:
-            for key, value in row.items():
-                if isinstance(value, (int, float)) and key != "epoch" and not math.isnan(value):
-                    self._writer.add_scalar(key, value, row["epoch"])
-            self._writer.flush()
-        write_metrics_csv(self.history, self.run_dir / "metrics.csv")
-
-    def _finish(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
-        if self.run_dir is None or not self.is_main:
-            return
-        if self.best["state"] is not None:
-            _atomic_torch_save({"state": self.best["state"], "config": cfgmod.to_dict(self.cfg),
-                                "epoch": self.best["epoch"], "candidate": self.best["candidate"]},
-                               self.run_dir / "best_model.pt")
-        summary = {"best_epoch": self.best["epoch"], "best_candidate": self.best["candidate"],
-                   "val_criterion": self.cfg.val_criterion, "val_score": self.best["score"],
-                   "seconds_per_epoch_by_phase": seconds_by_phase(self.history)}
-        cfgmod.atomic_write_text(self.run_dir / "selection.json",
-                                 json.dumps(summary, indent=2) + "\n")
-        from adni_pu.pu.plots import plot_training
-
-        plot_training(self.history, self.run_dir, self.cfg.val_criterion)
+        checkpoint.restore(self, state)
+        self.log(f"resumed from {self.run_dir / checkpoint.LAST} after epoch {state['epoch'] + 1}")
 
 
 def _epoch_means(values: dict[str, list[Any]]) -> dict[str, float]:
@@ -911,91 +744,4 @@ def _epoch_means(values: dict[str, list[Any]]) -> dict[str, float]:
 
 
 def _average_logits(logits: list[np.ndarray]) -> np.ndarray:
-    p = np.mean([1.0 / (1.0 + np.exp(-lg)) for lg in logits], axis=0)
-    p = np.clip(p, 1e-7, 1 - 1e-7)
-    return np.log(p / (1 - p))
-
-
-def _half_size(obj: Any) -> Any:
-    """A copy of ``obj`` with every floating tensor of more than one element in bfloat16.
-
-    Scalars (Adam's step counters) keep their precision; loading casts back to the
-    parameters' dtype (``load_state_dict`` of modules and optimisers does).
-    """
-    if isinstance(obj, torch.Tensor):
-        return obj.to(torch.bfloat16) if obj.is_floating_point() and obj.numel() > 1 else obj
-    if isinstance(obj, dict):
-        return {k: _half_size(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_half_size(v) for v in obj)
-    return obj
-
-
-def _cpu_state(model: nn.Module) -> dict[str, torch.Tensor]:
-    return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
-
-
-class AveragedModel(nn.Module):
-    """The average of several models' probabilities, returned as a logit."""
-
-    def __init__(self, models: list[nn.Module]) -> None:
-        super().__init__()
-        self.members = nn.ModuleList(models)
-
-    def forward(self, x: Any) -> torch.Tensor:
-        p = torch.stack([torch.sigmoid(m(x)) for m in self.members]).mean(0).clamp(1e-7, 1 - 1e-7)
-        return torch.log(p / (1 - p))
-
-
-def load_selected(state: dict[str, Any], factory: ModelFactory, device: torch.device
-                  ) -> nn.Module:
-    """Rebuild the selected model (single or averaged) from its saved state."""
-    if "single" in state:
-        model = factory().to(device)
-        model.load_state_dict(state["single"])
-        return model.eval()
-    members = []
-    for sd in state["average"]:
-        m = factory().to(device)
-        m.load_state_dict(sd)
-        members.append(m.eval())
-    return AveragedModel(members).eval()
-
-
-def seconds_by_phase(history: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """Mean training seconds per epoch in each phase (selection included, evaluation not)."""
-    out: dict[str, dict[str, float]] = {}
-    for phase in sorted({int(r["phase"]) for r in history}):
-        values = [r["time/train_seconds"] for r in history if r["phase"] == phase]
-        out[f"phase{phase}"] = {"mean": float(np.mean(values)), "n": len(values)}
-    return out
-
-
-def write_metrics_csv(history: list[dict[str, Any]], path: Path) -> None:
-    """One row per epoch, every key a column (atomic write)."""
-    keys: list[str] = []
-    for row in history:
-        keys += [k for k in row if k not in keys]
-    import io
-
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=keys)
-    writer.writeheader()
-    writer.writerows(history)
-    cfgmod.atomic_write_text(path, buffer.getvalue())
-
-
-class _NoProgress:
-    def update(self, n: int) -> None:  # noqa: D401 - trivial
-        pass
-
-    def close(self) -> None:
-        pass
-
-
-def _progress(total: int, desc: str, enabled: bool) -> Any:
-    if not enabled or not sys.stderr.isatty():
-        return _NoProgress()
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=desc, leave=False)
+    return logit(np.mean([sigmoid(lg) for lg in logits], axis=0))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from adni_pu.errors import ConfigError
+
 DX_BL_CODES: tuple[str, ...] = ("CN", "SMC", "EMCI", "LMCI", "AD")
 ORIENTATIONS: tuple[str, ...] = ("RAS", "LAS", "LPS", "PIR", "ASL")
 
@@ -95,28 +97,28 @@ class SynthConfig:
 
     def __post_init__(self) -> None:
         if not 0.5 <= self.voxel_size <= 4.0:
-            raise ValueError(f"voxel_size: expected 0.5 to 4 mm, found {self.voxel_size}")
+            raise ConfigError(f"voxel_size: expected 0.5 to 4 mm, found {self.voxel_size}")
         for name in ("dx_proportions", "visit_probabilities"):
             probs = getattr(self, name)
             if any(p < 0 for p in probs) or abs(sum(probs) - 1.0) > 1e-6:
-                raise ValueError(f"{name}: expected probabilities summing to 1, found {probs}")
+                raise ConfigError(f"{name}: expected probabilities summing to 1, found {probs}")
         if len(self.dx_proportions) != len(DX_BL_CODES):
-            raise ValueError(f"dx_proportions: expected {len(DX_BL_CODES)} values")
+            raise ConfigError(f"dx_proportions: expected {len(DX_BL_CODES)} values")
         if any(not 0 <= p <= 1 for p in self.amyloid_prevalence):
-            raise ValueError(f"amyloid_prevalence: expected values in [0, 1], found "
+            raise ConfigError(f"amyloid_prevalence: expected values in [0, 1], found "
                              f"{self.amyloid_prevalence}")
         bad = [o for o in self.orientations if not _valid_code(o)]
         if not self.orientations or bad:
-            raise ValueError(f"orientations: expected axis codes like 'RAS', found {bad}")
+            raise ConfigError(f"orientations: expected axis codes like 'RAS', found {bad}")
         if self.pet_space not in ("template", "native"):
-            raise ValueError(f"pet_space: expected 'template' or 'native', found "
+            raise ConfigError(f"pet_space: expected 'template' or 'native', found "
                              f"{self.pet_space!r}")
         if any(not 0.5 <= s <= 1.5 for s in self.head_scale_by_sex):
-            raise ValueError(f"head_scale_by_sex: expected two scales in [0.5, 1.5], found "
+            raise ConfigError(f"head_scale_by_sex: expected two scales in [0.5, 1.5], found "
                              f"{self.head_scale_by_sex}")
         for name in ("pet_fraction", "fbb_fraction", "preclinical_fraction"):
             if not 0 <= getattr(self, name) <= 1:
-                raise ValueError(f"{name}: expected a value in [0, 1]")
+                raise ConfigError(f"{name}: expected a value in [0, 1]")
 
 
 def _valid_code(code: str) -> bool:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from adni_pu.errors import ConfigError
 from adni_pu.synth.config import DX_BL_CODES, SynthConfig
 
 SITES: tuple[int, ...] = (2, 5, 11, 23, 27, 33, 67, 94, 128, 137, 941)
@@ -174,6 +175,6 @@ def make_subject(index: int, rng: np.random.Generator, cfg: SynthConfig) -> Subj
 def make_subjects(n_subjects: int, seed: int, cfg: SynthConfig) -> list[Subject]:
     """``n_subjects`` subjects; subject ``i`` depends only on (seed, i), not on the count."""
     if n_subjects < 1:
-        raise ValueError(f"n_subjects: expected at least 1, found {n_subjects}")
+        raise ConfigError(f"n_subjects: expected at least 1, found {n_subjects}")
     children = np.random.SeedSequence(seed).spawn(n_subjects)
     return [make_subject(i, np.random.default_rng(s), cfg) for i, s in enumerate(children)]

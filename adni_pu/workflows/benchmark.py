@@ -10,6 +10,7 @@ and the same command run again continues from there (see docs/training.md).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import json
 import sys
@@ -19,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from adni_pu import config as cfgmod
+from adni_pu import fileio
+from adni_pu.errors import ConfigError
 from adni_pu.provenance import machine_description, package_versions
 from adni_pu.pu.metrics import summarise
 
@@ -40,7 +43,11 @@ class BenchmarkSpec:
     scheme: str = "case-control"
     val_fraction: float = 0.1
     config_file: Path | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+    """TrainConfig values set by the caller (e.g. ``{"threads": 1, "device": "cpu"}``):
+    over the file, under ``overrides``."""
     overrides: list[str] = field(default_factory=list)
+    """The user's ``--set KEY=VALUE`` strings (highest precedence)."""
     train_limit: int | None = None
     test_limit: int | None = None
     time_limit: float | None = None
@@ -52,7 +59,7 @@ class BenchmarkSpec:
 
 
 def resolve_config(spec: BenchmarkSpec, seed: int) -> Any:
-    """The TrainConfig of one seed: paper defaults < preset < file < overrides."""
+    """The TrainConfig of one seed: paper defaults < preset < file < settings < overrides."""
     from adni_pu.data.benchmarks import PAPER_MODEL
     from adni_pu.pu.config import TrainConfig, preset_settings
 
@@ -66,8 +73,8 @@ def resolve_config(spec: BenchmarkSpec, seed: int) -> Any:
     defaults.update(preset_settings(spec.preset or spec.method))
     if spec.preset is None and spec.method == "selfpu":
         defaults.update(preset_settings("selfpu"))
-    overrides = [*spec.overrides, f"seed={seed}"]
-    cfg = cfgmod.load(TrainConfig, spec.config_file, overrides, defaults)
+    cfg = cfgmod.load(TrainConfig, spec.config_file, spec.overrides, defaults, spec.settings)
+    cfg = dataclasses.replace(cfg, seed=seed)  # the seed of this run wins over any setting
     if spec.prior is not None and cfg.prior is not None and spec.prior != cfg.prior:
         raise cfgmod.ConfigError(
             f"--prior {spec.prior} and the setting prior = {cfg.prior} disagree; set the class "
@@ -125,12 +132,12 @@ def run_seed(spec: BenchmarkSpec, seed: int, cache_dir: Path | None = None,
         "test_accuracy_test_selected": max(diag) if diag else None,
         "seconds_per_epoch": _phase_seconds(fit.history),
     }
-    cfgmod.atomic_write_text(result_path, json.dumps(result, indent=2) + "\n")
+    fileio.atomic_write_text(result_path, json.dumps(result, indent=2) + "\n")
     return result
 
 
 def _phase_seconds(history: list[dict[str, Any]]) -> dict[str, float]:
-    from adni_pu.pu.trainer import seconds_by_phase
+    from adni_pu.pu.recorders import seconds_by_phase
 
     return {k: v["mean"] for k, v in seconds_by_phase(history).items()}
 
@@ -209,9 +216,9 @@ def run_benchmark(spec: BenchmarkSpec, results_json: Path | None = None,
     start = time.monotonic()
     deadline = None if spec.time_limit is None else start + 60.0 * spec.time_limit
     if spec.time_limit is not None and spec.time_limit <= 0:
-        raise ValueError(f"time limit {spec.time_limit} minutes: expected a positive number")
+        raise ConfigError(f"time limit {spec.time_limit} minutes: expected a positive number")
     if spec.dataset not in DATA_NAMES:
-        raise ValueError(f"benchmark {spec.dataset!r}: expected one of {sorted(DATA_NAMES)}")
+        raise ConfigError(f"benchmark {spec.dataset!r}: expected one of {sorted(DATA_NAMES)}")
     spec.out.mkdir(parents=True, exist_ok=True)
     cache = spec.out / ".cache"
     command = command or " ".join(["adni-pu", *sys.argv[1:]])
@@ -224,21 +231,21 @@ def run_benchmark(spec: BenchmarkSpec, results_json: Path | None = None,
         if result is None:
             progress = _progress(spec, seed, [r["seed"] for r in results], command,
                                  time.monotonic() - start)
-            cfgmod.atomic_write_text(spec.out / "progress.json",
+            fileio.atomic_write_text(spec.out / "progress.json",
                                      json.dumps(progress, indent=2) + "\n")
             return progress
         results.append(result)
     summary = aggregate(spec, results, command)
     text = json.dumps(summary, indent=2) + "\n"
-    cfgmod.atomic_write_text(spec.out / "results.json", text)
-    cfgmod.atomic_write_text(spec.out / "results.md", markdown_table(summary))
+    fileio.atomic_write_text(spec.out / "results.json", text)
+    fileio.atomic_write_text(spec.out / "results.md", markdown_table(summary))
     if spec.time_limit is not None:
         progress = {"status": "complete", "command": command, "seeds_done": spec.seeds,
                     "results": str(spec.out / "results.json")}
-        cfgmod.atomic_write_text(spec.out / "progress.json",
+        fileio.atomic_write_text(spec.out / "progress.json",
                                  json.dumps(progress, indent=2) + "\n")
     if results_json is not None:
-        cfgmod.atomic_write_text(results_json, text)
+        fileio.atomic_write_text(results_json, text)
     return summary
 
 

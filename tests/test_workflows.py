@@ -1,4 +1,4 @@
-"""Training, evaluation and prediction on volumes (adni_pu.volume_run), on a tiny cohort."""
+"""Training, evaluation and prediction on volumes (adni_pu.workflows), on a tiny cohort."""
 
 from __future__ import annotations
 
@@ -15,17 +15,11 @@ from volume_helpers import NO_AUGMENTATION, make_volume_cohort, tiny_overrides
 
 from adni_pu.cohort import LeakageError
 from adni_pu.config import ConfigError
-from adni_pu.pu.trainer import ResumeError
-from adni_pu.volume_run import (
-    METRICS,
-    VolumeRunError,
-    evaluate_run,
-    load_volume_config,
-    predict_scans,
-    preprocess_folder,
-    sha256_file,
-    train_volumes,
-)
+from adni_pu.errors import ResumeError, VolumeRunError
+from adni_pu.fileio import sha256_file
+from adni_pu.workflows.evaluate import METRICS, evaluate_run
+from adni_pu.workflows.predict import predict_scans, preprocess_folder
+from adni_pu.workflows.train import load_volume_config, train_volumes
 
 
 @pytest.fixture(scope="module")

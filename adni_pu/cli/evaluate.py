@@ -1,0 +1,41 @@
+"""``adni-pu evaluate``: thin wrapper around :func:`adni_pu.workflows.evaluate.evaluate_run`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from adni_pu.cli.common import Device
+
+
+def evaluate(
+    run: Annotated[Path, typer.Argument(metavar="RUN",
+                                        help="run folder written by `adni-pu train`")],
+    split: Annotated[str, typer.Option(
+        help="manifest split to evaluate; the run's training and validation subjects are "
+             "refused")] = "test",
+    manifest: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        show_default="the one the run was trained on", help="another manifest")] = None,
+    bootstrap: Annotated[Optional[int], typer.Option(  # noqa: UP045
+        show_default="the run's setting, 1000", help="bootstrap resamples")] = None,
+    device: Device = "auto",
+) -> None:
+    """Accuracy, balanced accuracy, AUC, sensitivity, specificity with 95 % CIs; ROC plot."""
+    from adni_pu.pu.metrics import format_ci
+    from adni_pu.workflows.evaluate import METRICS, evaluate_run
+
+    result = evaluate_run(run, split, manifest, device=device, n_boot=bootstrap)
+    typer.echo(f"{split}: {result['n_subjects']} subjects, {result['n_scans']} scans "
+               f"({result['n_subjects_unknown_truth']} subjects without truth left out)")
+    typer.echo(f"{'metric':20s} {'per scan':28s} per subject")
+    for m in METRICS:
+        typer.echo(f"{m:20s} {format_ci(result['scan_level'][m]):28s} "
+                   f"{format_ci(result['subject_level'][m])}")
+    typer.echo(f"report: {result['files']['report']}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``evaluate`` to the main app."""
+    app.command("evaluate")(evaluate)

@@ -1,0 +1,44 @@
+"""``adni-pu predict``: thin wrapper around :func:`adni_pu.workflows.predict.predict_scans`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from adni_pu.cli.common import Device
+
+
+def predict(
+    run: Annotated[Path, typer.Argument(metavar="RUN",
+                                        help="run folder written by `adni-pu train`")],
+    scans: Annotated[list[Path], typer.Argument(
+        metavar="SCAN",
+        help="NIfTI scans: model-grid volumes are used as they are, raw T1 scans are "
+             "preprocessed first with the run's recorded settings")],
+    out: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        show_default="none: printed only", help="write the table as CSV")] = None,
+    work_dir: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        show_default="RUN/predictions/preprocessed",
+        help="where raw scans are preprocessed")] = None,
+    device: Device = "auto",
+) -> None:
+    """Per-scan probability of amyloid positivity from the run's selected model."""
+    from adni_pu.workflows.predict import predict_scans
+
+    table = predict_scans(run, scans, out, work_dir, device)
+    for row in table.itertuples():
+        if row.model_input:
+            typer.echo(f"{row.scan}\t{row.probability:.4f}\t{row.prediction}\t({row.status})")
+        else:
+            typer.echo(f"{row.scan}\t-\t{row.status}: {row.error}")
+    if out is not None:
+        typer.echo(f"predictions: {out}")
+    if (table["model_input"] == "").any():
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``predict`` to the main app."""
+    app.command("predict")(predict)

@@ -1,0 +1,153 @@
+"""The checkpoint format, in one place: what ``checkpoints/last.pt`` and ``best_model.pt`` hold.
+
+``last.pt`` (written after every epoch, read on resume)::
+
+    {"epoch": int, "fingerprint": str (the settings that must match to resume),
+     "students": [{"model", "optimizer", "scheduler", "trusted", "prior_rest", "teacher"}],
+     "history": [epoch rows], "best": {"score", "epoch", "candidate", "state"}}
+
+``best_model.pt`` (written when the fit ends)::
+
+    {"state": {"single": state_dict} or {"average": [state_dict, ...]},
+     "config": the TrainConfig as a dict, "epoch": int, "candidate": str}
+
+With ``checkpoint_precision = "bfloat16"`` the floating tensors of ``last.pt`` are stored
+in bfloat16 (half the size; loading casts back to the parameters' dtype).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from adni_pu import config as cfgmod
+from adni_pu.errors import ResumeError
+from adni_pu.fileio import atomic_torch_save
+from adni_pu.pu.config import TrainConfig
+from adni_pu.pu.teacher import MeanTeacher
+from adni_pu.pu.trusted_set import TrustedSet
+
+LAST = Path("checkpoints") / "last.pt"
+SELECTED = Path("best_model.pt")
+# settings that may change between a run and its resumption
+_RESUMABLE_CHANGES = ("epochs", "progress", "num_workers", "threads", "device", "track_test")
+
+
+def config_fingerprint(cfg: TrainConfig) -> str:
+    """The settings a checkpoint must have been made with to be resumed."""
+    settings = cfgmod.to_dict(cfg)
+    for key in _RESUMABLE_CHANGES:
+        settings.pop(key, None)
+    return json.dumps(settings, sort_keys=True)
+
+
+def half_size(obj: Any) -> Any:
+    """A copy of ``obj`` with every floating tensor of more than one element in bfloat16.
+
+    Scalars (Adam's step counters) keep their precision; loading casts back to the
+    parameters' dtype (``load_state_dict`` of modules and optimisers does).
+    """
+    if isinstance(obj, torch.Tensor):
+        return obj.to(torch.bfloat16) if obj.is_floating_point() and obj.numel() > 1 else obj
+    if isinstance(obj, dict):
+        return {k: half_size(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(half_size(v) for v in obj)
+    return obj
+
+
+def cpu_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """A detached CPU copy of a model's state (a selection candidate's weights)."""
+    return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+
+
+def save_last(trainer: Any, epoch: int, path: Path) -> None:
+    """Write the resumable state of ``trainer`` after ``epoch`` to ``path``."""
+    state = {
+        "epoch": epoch,
+        "fingerprint": config_fingerprint(trainer.cfg),
+        "students": [
+            {"model": st.model.state_dict(), "optimizer": st.optimizer.state_dict(),
+             "scheduler": st.scheduler.state_dict(), "trusted": st.trusted.state(),
+             "prior_rest": st.prior_rest,
+             "teacher": st.teacher.state_dict() if st.teacher is not None else None}
+            for st in trainer.students
+        ],
+        "history": trainer.history,
+        "best": trainer.best,
+    }
+    if trainer.cfg.checkpoint_precision == "bfloat16":
+        state["students"] = half_size(state["students"])
+        state["best"] = {**trainer.best, "state": half_size(trainer.best["state"])}
+    atomic_torch_save(state, path)
+
+
+def read_last(path: Path, cfg: TrainConfig, device: torch.device, settings_file: Path
+              ) -> dict[str, Any] | None:
+    """The checkpoint at ``path`` (None when there is none); :class:`ResumeError` when it
+    was made with other settings than ``cfg``."""
+    if not path.is_file():
+        return None
+    state = torch.load(path, map_location=device, weights_only=False)
+    if state["fingerprint"] != config_fingerprint(cfg):
+        raise ResumeError(
+            f"{path}: checkpoint made with other settings; expected the settings in "
+            f"{settings_file}; use a new run folder or delete the checkpoint"
+        )
+    return state
+
+
+def restore(trainer: Any, state: dict[str, Any]) -> None:
+    """Put a checkpoint's students, history and selection back into ``trainer``."""
+    sp = trainer.cfg.selfpu
+    for st, saved in zip(trainer.students, state["students"]):
+        st.model.load_state_dict(saved["model"])
+        st.optimizer.load_state_dict(saved["optimizer"])
+        st.scheduler.load_state_dict(saved["scheduler"])
+        st.trusted = TrustedSet.from_state(saved["trusted"])
+        st.prior_rest = saved["prior_rest"]
+        if saved["teacher"] is not None:
+            st.teacher = MeanTeacher(st.model, sp.teacher_average, sp.ema_decay)
+            st.teacher.load_state_dict(saved["teacher"])
+    trainer.history = state["history"]
+    trainer.best = state["best"]
+    trainer.start_epoch = state["epoch"] + 1
+
+
+def save_selected(trainer: Any, path: Path) -> None:
+    """Write the selected model (``best_model.pt``)."""
+    best = trainer.best
+    atomic_torch_save({"state": best["state"], "config": cfgmod.to_dict(trainer.cfg),
+                       "epoch": best["epoch"], "candidate": best["candidate"]}, path)
+
+
+class AveragedModel(nn.Module):
+    """The average of several models' probabilities, returned as a logit."""
+
+    def __init__(self, models: list[nn.Module]) -> None:
+        super().__init__()
+        self.members = nn.ModuleList(models)
+
+    def forward(self, x: Any) -> torch.Tensor:
+        p = torch.stack([torch.sigmoid(m(x)) for m in self.members]).mean(0).clamp(1e-7, 1 - 1e-7)
+        return torch.log(p / (1 - p))
+
+
+def load_selected(state: dict[str, Any], factory: Callable[[], nn.Module],
+                  device: torch.device) -> nn.Module:
+    """Rebuild the selected model (single or averaged) from its saved state."""
+    if "single" in state:
+        model = factory().to(device)
+        model.load_state_dict(state["single"])
+        return model.eval()
+    members = []
+    for sd in state["average"]:
+        m = factory().to(device)
+        m.load_state_dict(sd)
+        members.append(m.eval())
+    return AveragedModel(members).eval()

@@ -1,0 +1,213 @@
+"""Cross-validation over all subjects of a cohort, pooled scoring and reference scores.
+
+Used by ``adni-pu demo``: on a small cohort one test split scores a dozen subjects, so the
+demo trains every method once per fold and scores each subject exactly once, by the models
+of the fold that held it out (its validation split, a stratified share of the rest, picks
+the epoch). The held-out predictions of all folds are pooled and their metrics get
+percentile-bootstrap CIs over subjects.
+
+Reference scores on the same folds give the CNN's numbers meaning:
+
+- :func:`volume_features` measures two volumes on each preprocessed (model-grid) scan: the
+  hippocampal tissue (voxels of the AAL hippocampi brighter than CSF) and the central CSF
+  (dark voxels in a box around the lateral ventricles); :func:`logistic_reference` fits a
+  logistic regression on them per fold, on the training subjects only;
+- the generator's true signal (a synthetic cohort's ``truth_scans.csv``) is the score a
+  perfect hippocampal measurement would give.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from adni_pu import fileio
+from adni_pu.errors import ConfigError
+
+# Box (MNI mm) around the lateral ventricles: where enlargement shows as dark voxels.
+VENTRICLE_BOX_MM: tuple[tuple[float, float], ...] = ((-32.0, 32.0), (-60.0, 35.0),
+                                                     (-12.0, 38.0))
+# Intensity (relative to the scan's brain median) below which a voxel counts as CSF.
+CSF_LEVEL = 0.55
+# Share of the non-test subjects of a fold that form its validation split.
+VAL_SHARE_FOLDS = 5
+
+
+def subject_frame(manifest: Any) -> Any:
+    """One row per subject: ``subject_id, pu_label, truth`` (the manifest's first scan)."""
+    return manifest.groupby("subject_id", sort=True).agg(
+        pu_label=("pu_label", "max"), truth=("truth", "first")).reset_index()
+
+
+def fold_manifests(manifest: Any, folds: int, seed: int, out: Path) -> list[Path]:
+    """Write ``out/fold<k>/manifest.csv`` for k < ``folds``; returns their paths.
+
+    Fold k: test = the subjects of fold k (stratified by PU label and truth,
+    :func:`adni_pu.cohort.kfold`), val = a stratified fifth of the others, train = the
+    rest. Every subject is in the test split of exactly one fold. A file that already holds
+    the same content is left untouched (so a resumed run sees the same manifest).
+    """
+    from adni_pu.cohort import kfold
+
+    if folds < 2:
+        raise ConfigError(f"folds={folds}: expected at least 2")
+    subjects = subject_frame(manifest)
+    if len(subjects) < 2 * folds:
+        raise ConfigError(f"folds={folds}: {len(subjects)} subjects are too few "
+                         f"(need at least {2 * folds})")
+    fold_of = kfold(subjects, folds, seed)
+    paths = []
+    for k in range(folds):
+        test = set(fold_of.index[fold_of == k])
+        rest = subjects[~subjects["subject_id"].isin(test)]
+        inner = kfold(rest, VAL_SHARE_FOLDS, seed + 1 + k)
+        val = set(inner.index[inner == 0])
+        frame = manifest.copy()
+        frame["split"] = ["test" if s in test else "val" if s in val else "train"
+                          for s in frame["subject_id"]]
+        frame["fold"] = k
+        path = out / f"fold{k}" / "manifest.csv"
+        text = frame.to_csv(index=False)
+        if not (path.is_file() and path.read_text() == text):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fileio.atomic_write_text(path, text)
+        paths.append(path)
+    return paths
+
+
+def pooled_metrics(predictions: Any, n_boot: int = 1000, seed: int = 0,
+                   metrics: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """Metrics of pooled per-subject predictions (``subject_id, logit, truth``) with
+    percentile-bootstrap 95 % CIs over subjects; subjects with unknown truth are left out.
+
+    Refuses a subject scored twice (each must come from the one fold that held it out).
+    """
+    from adni_pu.pu.metrics import bootstrap_ci
+    from adni_pu.workflows.evaluate import METRICS
+
+    twice = predictions["subject_id"][predictions["subject_id"].duplicated()]
+    if len(twice):
+        raise ValueError(f"subject(s) scored more than once: {sorted(set(twice))[:5]}")
+    truth = predictions["truth"].astype(float).to_numpy()
+    known = ~np.isnan(truth)
+    return {"n_subjects": int(len(predictions)), "n_scored": int(known.sum()),
+            "n_positive": int(np.nansum(truth)),
+            "metrics": bootstrap_ci(predictions["logit"].to_numpy(float), truth,
+                                    metrics or METRICS, n_boot=n_boot, seed=seed)}
+
+
+def volume_features(paths: Iterable[str | Path]) -> Any:
+    """Per scan: ``hippocampus_ml`` (hippocampal tissue) and ``central_csf_ml`` (CSF around
+    the lateral ventricles), measured on model-grid volumes (``adni-pu preprocess`` output).
+
+    Tissue and CSF are told apart by intensity relative to the scan's brain median
+    (``CSF_LEVEL``), so no segmentation is needed; the numbers are proxies, good for
+    ranking subjects, not calibrated volumes.
+    """
+    import nibabel as nib
+    import pandas as pd
+
+    from adni_pu import atlas
+
+    affine = atlas.model_grid_affine()
+    shape = atlas.MODEL_GRID_SHAPE
+    hippocampus = atlas.region_mask(atlas.HIPPOCAMPUS_LEFT + atlas.HIPPOCAMPUS_RIGHT)
+    idx = [np.arange(n) * affine[a, a] + affine[a, 3] for a, n in enumerate(shape)]
+    inside = [(lo <= v) & (v <= hi) for v, (lo, hi) in zip(idx, VENTRICLE_BOX_MM)]
+    box = inside[0][:, None, None] & inside[1][None, :, None] & inside[2][None, None, :]
+    voxel_ml = abs(float(np.linalg.det(affine[:3, :3]))) / 1000.0
+    rows = []
+    for path in paths:
+        img = nib.as_closest_canonical(nib.load(str(path)))
+        vol = np.asarray(img.dataobj, dtype=np.float32)
+        if vol.shape != tuple(shape):
+            raise ValueError(f"{path}: shape {vol.shape}, expected the model grid {shape}")
+        brain = vol > 0
+        level = CSF_LEVEL * float(np.median(vol[brain])) if brain.any() else 0.0
+        rows.append({"scan_path": str(path),
+                     "hippocampus_ml": float((hippocampus & (vol > level)).sum()) * voxel_ml,
+                     "central_csf_ml": float((box & brain & (vol <= level)).sum()) * voxel_ml})
+    return pd.DataFrame(rows, columns=["scan_path", "hippocampus_ml", "central_csf_ml"])
+
+
+FEATURES: tuple[str, ...] = ("hippocampus_ml", "central_csf_ml")
+
+
+def logistic_reference(frame: Any, features: Any) -> Any:
+    """Held-out logits of a logistic regression on :data:`FEATURES`, one fold.
+
+    ``frame``: the fold's manifest (``subject_id, scan_path, pu_label, truth, split``);
+    ``features``: :func:`volume_features` rows keyed by ``scan_path``. Fitted on the
+    training subjects' PU labels (labelled vs unlabelled, what the naive method learns
+    from; no truth), standardised on them; returns ``subject_id, logit, truth`` of the
+    test subjects (scan logits averaged per subject).
+    """
+    import pandas as pd
+    from sklearn.linear_model import LogisticRegression
+
+    rows = frame.merge(features, on="scan_path", how="left")
+    if rows[list(FEATURES)].isna().any().any():
+        missing = rows.loc[rows[list(FEATURES)].isna().any(axis=1), "scan_path"].iloc[0]
+        raise ValueError(f"{missing}: no volume features")
+    train = rows[rows["split"] == "train"]
+    test = rows[rows["split"] == "test"]
+    mean = train[list(FEATURES)].mean()
+    std = train[list(FEATURES)].std(ddof=0).replace(0.0, 1.0)
+    model = LogisticRegression(class_weight="balanced")
+    model.fit(((train[list(FEATURES)] - mean) / std).to_numpy(),
+              train["pu_label"].astype(int).to_numpy())
+    logits = model.decision_function(((test[list(FEATURES)] - mean) / std).to_numpy())
+    scans = pd.DataFrame({"subject_id": test["subject_id"].to_numpy(), "logit": logits,
+                          "truth": test["truth"].astype(float).to_numpy()})
+    return scans.groupby("subject_id", sort=True).agg(
+        logit=("logit", "mean"), truth=("truth", "first")).reset_index()
+
+
+def paired_difference(a: Any, b: Any, n_boot: int = 1000, seed: int = 0,
+                      level: float = 0.95) -> dict[str, Any]:
+    """AUC of ``a`` minus AUC of ``b`` on the same subjects, with a paired bootstrap CI.
+
+    ``a`` and ``b``: per-subject predictions (``subject_id, logit, truth`` and optionally
+    ``seed``, one row per subject and seed). Subjects with unknown truth are left out and
+    both must score the same subjects. The bootstrap resamples seeds, then subjects within
+    each drawn seed, and takes the same draw for both methods (paired); the difference is
+    the mean over seeds of the per-seed AUC difference. Returns ``value, ci_low, ci_high``,
+    the share of resamples where ``a`` is better, and the counts.
+    """
+    from adni_pu.pu.metrics import binary_metrics
+
+    keys = ["seed", "subject_id"]
+    a = a.assign(seed=a.get("seed", 0))
+    b = b.assign(seed=b.get("seed", 0))
+    both = a[keys + ["logit", "truth"]].merge(b[keys + ["logit"]], on=keys, how="outer",
+                                              suffixes=("_a", "_b"), indicator=True)
+    if (both["_merge"] != "both").any():
+        odd = both.loc[both["_merge"] != "both", "subject_id"].iloc[0]
+        raise ValueError(f"paired difference: subject {odd} is scored by one method only")
+    both = both[both["truth"].notna()]
+    groups = [g for _, g in both.groupby("seed", sort=True)]
+
+    def diff(parts: list[Any]) -> float:
+        values = [binary_metrics(p["logit_a"].to_numpy(float), p["truth"].to_numpy(float))["auc"]
+                  - binary_metrics(p["logit_b"].to_numpy(float), p["truth"].to_numpy(float))["auc"]
+                  for p in parts]
+        values = [v for v in values if not np.isnan(v)]  # a resample with one class only
+        return float(np.mean(values)) if values else float("nan")
+
+    rng = np.random.default_rng(seed)
+    samples = []
+    for _ in range(n_boot):
+        drawn = rng.integers(0, len(groups), len(groups))
+        samples.append(diff([groups[g].iloc[rng.integers(0, len(groups[g]), len(groups[g]))]
+                             for g in drawn]))
+    arr = np.asarray(samples)
+    arr = arr[~np.isnan(arr)]
+    lo, hi = (1 - level) / 2 * 100, (1 + level) / 2 * 100
+    return {"value": diff(groups),
+            "ci_low": float(np.percentile(arr, lo)) if arr.size else float("nan"),
+            "ci_high": float(np.percentile(arr, hi)) if arr.size else float("nan"),
+            "share_a_better": float((arr > 0).mean()) if arr.size else float("nan"),
+            "n_subjects": int(len(both)), "n_seeds": len(groups), "resamples": n_boot}

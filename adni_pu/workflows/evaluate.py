@@ -1,0 +1,132 @@
+"""``adni-pu evaluate``: the run's selected model on a split it never saw, with 95 % CIs.
+
+:func:`evaluate_run` scores every scan of the split, averages each subject's probabilities,
+bootstraps subjects for 95 % CIs, draws the ROC curve and writes ``RUN/evaluation/<split>/``
+(metrics.json, predictions_scans.csv, predictions_subjects.csv, roc.png, report.md). It
+refuses any subject of the run's training or validation split (``LeakageError``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from adni_pu.errors import VolumeRunError
+from adni_pu.fileio import atomic_write_text, sha256_file
+from adni_pu.pu.metrics import format_ci, logit, sigmoid
+from adni_pu.pu.plots import roc_plot
+from adni_pu.workflows.train import _manifest_path, _read_manifest, load_run, score_dataset
+
+METRICS = ("accuracy", "balanced_accuracy", "auc", "sensitivity", "specificity")
+
+
+def evaluate_run(run_dir: str | Path, split: str = "test", manifest: str | Path | None = None,
+                 device: str = "auto", n_boot: int | None = None) -> dict[str, Any]:
+    """Metrics of the run's selected model on ``split`` with subject-bootstrap 95 % CIs.
+
+    ``manifest`` defaults to the one the run was trained on. Refuses (``LeakageError``)
+    when a subject of the split was in the run's training split or in its validation split
+    (which chose the model, so metrics on it would be optimistic: ``--split val`` of the
+    training manifest is always refused; RUN/val_predictions.csv holds those). Writes
+    ``RUN/evaluation/<split>/`` (metrics.json, predictions_scans.csv,
+    predictions_subjects.csv, roc.png, report.md) and returns the metrics dict.
+    """
+    import pandas as pd
+
+    from adni_pu.cohort import assert_no_leakage
+    from adni_pu.data.volumes import build_volume_dataset
+    from adni_pu.pu.metrics import bootstrap_ci
+
+    run_dir = Path(run_dir)
+    cfg, model, info = load_run(run_dir, device)
+    mpath = _manifest_path(manifest if manifest is not None else info["manifest"])
+    sha = sha256_file(mpath)
+    frame = _read_manifest(mpath)
+    rows = frame[frame["split"] == split].reset_index(drop=True)
+    if rows.empty:
+        raise VolumeRunError(f"{mpath}: no rows in split {split!r}; splits found: "
+                             f"{sorted(set(frame['split']))}")
+    splits = pd.read_csv(run_dir / "splits.csv", dtype={"subject_id": str})
+    for used, seen_in, advice in (
+            ("train", "the run's training split", "Evaluate on subjects the run never saw "
+             "(splits must be by subject)."),
+            ("val", "the run's validation split, which chose the model (model selection)",
+             "Metrics on them would not be an honest estimate; the selected model's "
+             f"validation predictions are in {run_dir / 'val_predictions.csv'}.")):
+        assert_no_leakage(splits.loc[splits["split"] == used, "subject_id"], rows["subject_id"],
+                          what=f"{split!r}", seen_in=seen_in, advice=advice)
+    dataset = build_volume_dataset(frame, split, cfg.data, train=False, base_dir=mpath.parent)
+    logits = score_dataset(model, dataset, max(cfg.train.batch_size, 2))
+    truth = pd.to_numeric(rows["truth"], errors="coerce").astype(float).to_numpy()
+    scans = pd.DataFrame({"subject_id": rows["subject_id"], "session_id": rows["session_id"],
+                          "scan_path": rows["scan_path"], "truth": truth, "logit": logits,
+                          "probability": sigmoid(np.asarray(logits, dtype=np.float64))})
+    subjects = scans.groupby("subject_id", sort=True).agg(
+        n_scans=("probability", "size"), probability=("probability", "mean"),
+        truth=("truth", "first")).reset_index()
+    subjects["logit"] = logit(subjects["probability"])
+    boots = cfg.bootstrap if n_boot is None else n_boot
+    known_sub = subjects["truth"].notna()
+    result: dict[str, Any] = {
+        "run": str(run_dir), "split": split, "manifest": str(mpath),
+        "manifest_is_training_manifest": sha == info.get("manifest_sha256"),
+        "n_scans": len(scans), "n_subjects": len(subjects),
+        "n_scans_scored": int(scans["truth"].notna().sum()),
+        "n_subjects_scored": int(known_sub.sum()),
+        "n_subjects_unknown_truth": int((~known_sub).sum()),
+        "n_scans_unknown_truth": int(scans["truth"].isna().sum()),
+        "bootstrap": {"resamples": boots, "level": 0.95, "unit": "subject"},
+        "scan_level": bootstrap_ci(scans["logit"].to_numpy(), truth, METRICS, n_boot=boots,
+                                   groups=scans["subject_id"].to_numpy()),
+        "subject_level": bootstrap_ci(subjects["logit"].to_numpy(),
+                                      subjects["truth"].to_numpy(), METRICS, n_boot=boots),
+    }
+    out = run_dir / "evaluation" / split
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "predictions_scans.csv", scans.to_csv(index=False))
+    atomic_write_text(out / "predictions_subjects.csv", subjects.to_csv(index=False))
+    roc_plot(scans["logit"].to_numpy(), truth, out / "roc.png",
+             title=f"{run_dir.name}: {split} ({result['n_scans_scored']} scans)",
+             auc=result["scan_level"]["auc"])
+    result["files"] = {k: str(out / v) for k, v in (
+        ("metrics", "metrics.json"), ("predictions_scans", "predictions_scans.csv"),
+        ("predictions_subjects", "predictions_subjects.csv"), ("roc", "roc.png"),
+        ("report", "report.md"))}
+    atomic_write_text(out / "metrics.json", json.dumps(_jsonable(result), indent=2) + "\n")
+    atomic_write_text(out / "report.md", metrics_markdown(result))
+    return result
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, float) and math.isnan(obj):
+        return None
+    if isinstance(obj, (np.floating, np.integer)):
+        return _jsonable(obj.item())
+    return obj
+
+
+def metrics_markdown(result: dict[str, Any]) -> str:
+    """A short Markdown report of one evaluation."""
+    lines = [f"# Evaluation of {result['run']} on split `{result['split']}`", "",
+             f"Manifest: `{result['manifest']}`"
+             + ("" if result["manifest_is_training_manifest"] else " (not the training manifest)"),
+             "",
+             f"{result['n_subjects']} subjects, {result['n_scans']} scans; "
+             f"{result['n_subjects_unknown_truth']} subject(s) "
+             f"({result['n_scans_unknown_truth']} scans) left out for unknown truth.", "",
+             "95 % CIs: percentile bootstrap over subjects "
+             f"({result['bootstrap']['resamples']} resamples).", "",
+             "| metric | per scan | per subject (mean probability) |", "|---|---|---|"]
+    for m in METRICS:
+        lines.append(f"| {m.replace('_', ' ')} | {format_ci(result['scan_level'][m])} | "
+                     f"{format_ci(result['subject_level'][m])} |")
+    lines += ["", "![ROC](roc.png)", ""]
+    return "\n".join(lines)

@@ -1,0 +1,178 @@
+"""The demo's cross-validation, pooled scoring, reference lines, report text and progress,
+on tiny generated inputs (no training)."""
+
+from __future__ import annotations
+
+import nibabel as nib
+import numpy as np
+import pandas as pd
+import pytest
+
+from adni_pu import atlas
+from adni_pu.workflows.crossval import (
+    fold_manifests,
+    logistic_reference,
+    pooled_metrics,
+    volume_features,
+)
+from adni_pu.workflows.demo import DemoSettings, StageProgress
+from adni_pu.workflows.demo_report import coinciding, explanation, render_report
+
+
+def _manifest(n: int = 30, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    truth = rng.integers(0, 2, n).astype(float)
+    truth[rng.random(n) < 0.2] = np.nan
+    pu = ((truth == 1) & (rng.random(n) < 0.7)).astype(int)
+    return pd.DataFrame({"subject_id": [f"S{i:03d}" for i in range(n)],
+                         "session_id": "bl", "scan_path": [f"/x/S{i:03d}.nii.gz" for i in range(n)],
+                         "pu_label": pu, "truth": truth, "split": "train", "fold": -1})
+
+
+def test_every_subject_is_held_out_by_exactly_one_fold(tmp_path):
+    manifest = _manifest()
+    paths = fold_manifests(manifest, 3, seed=1, out=tmp_path)
+    held_out = []
+    for path in paths:
+        frame = pd.read_csv(path)
+        assert set(frame["split"]) == {"train", "val", "test"}
+        assert frame.groupby("subject_id")["split"].nunique().max() == 1
+        held_out += list(frame.loc[frame["split"] == "test", "subject_id"])
+        # labelled positives in every training split (PU risks need them)
+        assert frame.loc[frame["split"] == "train", "pu_label"].sum() > 0
+    assert sorted(held_out) == sorted(manifest["subject_id"])
+    # the same call leaves identical files untouched (a resumed run sees the same manifest)
+    before = [p.stat().st_mtime_ns for p in paths]
+    fold_manifests(manifest, 3, seed=1, out=tmp_path)
+    assert [p.stat().st_mtime_ns for p in paths] == before
+
+
+def test_folds_refuse_too_few_subjects(tmp_path):
+    with pytest.raises(ValueError, match="too few"):
+        fold_manifests(_manifest(5), 3, seed=0, out=tmp_path)
+
+
+def test_pooled_metrics_leave_out_unknown_truth_and_refuse_a_subject_twice():
+    preds = pd.DataFrame({"subject_id": ["a", "b", "c", "d"], "logit": [2.0, 1.0, -1.0, 0.5],
+                          "truth": [1.0, 0.0, 0.0, np.nan]})
+    out = pooled_metrics(preds, n_boot=50)
+    assert out["n_subjects"] == 4 and out["n_scored"] == 3 and out["n_positive"] == 1
+    assert out["metrics"]["auc"]["value"] == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="more than once"):
+        pooled_metrics(pd.concat([preds, preds.head(1)]), n_boot=0)
+
+
+def _volume(path, hippocampus_level: float, csf_voxels: int) -> str:
+    """A model-grid scan: brain at 100, the hippocampi at ``hippocampus_level``, and a dark
+    slab of ``csf_voxels`` voxels along x at the ventricles' centre."""
+    shape = atlas.MODEL_GRID_SHAPE
+    vol = np.zeros(shape, np.float32)
+    vol[20:-20, 20:-20, 20:-20] = 100.0
+    vol[atlas.region_mask(atlas.HIPPOCAMPUS_LEFT + atlas.HIPPOCAMPUS_RIGHT)] = hippocampus_level
+    centre = np.round(np.linalg.solve(atlas.model_grid_affine(), [0, -10, 12, 1])[:3]).astype(int)
+    x, y, z = centre
+    vol[x - csf_voxels // 2: x - csf_voxels // 2 + csf_voxels, y, z] = 10.0
+    nib.save(nib.Nifti1Image(vol, atlas.model_grid_affine()), str(path))
+    return str(path)
+
+
+def test_volume_features_see_hippocampal_loss_and_ventricle_growth(tmp_path):
+    healthy = _volume(tmp_path / "a.nii.gz", 90.0, 4)
+    atrophic = _volume(tmp_path / "b.nii.gz", 20.0, 4)  # dark hippocampi: CSF, not tissue
+    wide = _volume(tmp_path / "c.nii.gz", 90.0, 20)  # 16 more CSF voxels at the ventricles
+    feats = volume_features([healthy, atrophic, wide]).set_index("scan_path")
+    assert feats.loc[healthy, "hippocampus_ml"] > 5.0
+    assert feats.loc[atrophic, "hippocampus_ml"] == 0.0
+    voxel_ml = 1.5 ** 3 / 1000
+    assert feats.loc[healthy, "central_csf_ml"] == pytest.approx(4 * voxel_ml)
+    assert feats.loc[wide, "central_csf_ml"] == pytest.approx(20 * voxel_ml)
+
+
+def test_logistic_reference_is_fitted_on_the_training_subjects_only():
+    frame = _manifest(40, seed=3)
+    frame["split"] = ["test" if i % 4 == 0 else "train" for i in range(len(frame))]
+    rng = np.random.default_rng(0)
+    features = pd.DataFrame({"scan_path": frame["scan_path"],
+                             "hippocampus_ml": 6.0 - frame["pu_label"] + rng.normal(0, 0.3, 40),
+                             "central_csf_ml": 20.0 + rng.normal(0, 1.0, 40)})
+    out = logistic_reference(frame, features)
+    assert sorted(out["subject_id"]) == sorted(frame.loc[frame["split"] == "test", "subject_id"])
+    # smaller hippocampi were labelled more often, so they get higher logits
+    merged = out.merge(features.assign(subject_id=frame["subject_id"]), on="subject_id")
+    assert np.corrcoef(merged["logit"], merged["hippocampus_ml"])[0, 1] < -0.9
+    # the test subjects' labels play no part
+    flipped = frame.copy()
+    test = flipped["split"] == "test"
+    flipped.loc[test, "pu_label"] = 1 - flipped.loc[test, "pu_label"]
+    assert np.allclose(logistic_reference(flipped, features)["logit"], out["logit"])
+
+
+def _result(logits, truth, share=None, column=None):
+    preds = pd.DataFrame({"subject_id": [f"s{i}" for i in range(len(logits))],
+                          "logit": logits, "truth": truth})
+    return {"pooled": pooled_metrics(preds, n_boot=100), "val_auc": 0.7, "seconds": 1.0,
+            "nn_correction": share, "nn_correction_column": column,
+            "predictions": preds.to_dict("records")}
+
+
+def test_report_explains_coinciding_methods_and_a_correction_that_never_fired():
+    truth = [1.0, 0.0, 1.0, 0.0, 1.0, 0.0, np.nan]
+    same = [2.0, -1.0, 1.0, -2.0, 0.5, 0.2, 0.0]
+    results = {"naive": _result([1.0, 0.0, 0.5, -0.5, 0.2, 0.3, 0.0], truth),
+               "upu": _result(same, truth),
+               "nnpu": _result(same, truth, 0.0, "train/model/nn_correction"),
+               "selfpu": _result([3.0, -1.0, -1.5, -2.0, 0.5, 0.2, 0.0], truth, 0.25,
+                                 "train/student1/nn_correction")}
+    assert coinciding(results) == [(["upu", "nnpu"], "predictions")]
+    refs = {"logistic regression on 2 volumes": _result(same, truth)}
+    settings = DemoSettings(subjects=24, folds=2)
+    text = "\n".join(explanation(settings, results, refs))
+    assert "upu and nnpu gave bit-identical held-out predictions" in text
+    assert "nnpu's non-negative correction never fired" in text
+    assert "`train/model/nn_correction`" in text
+    assert "selfpu's non-negative correction (of its nnPU risk) fired in 25.0 %" in text
+    assert "6 subjects with a known truth (3 amyloid-positive), 1 without" in text
+    assert "**Threshold.**" not in text
+    everyone = {"naive": _result([1.0, 1.0, 2.0, 0.5, 3.0, 0.2, 0.0], truth)}
+    assert "naive called every scored subject with a negative truth positive" in "\n".join(
+        explanation(settings, everyone, refs))
+    report = render_report(settings, results, refs, {"total": 3.0}, "7 of 7 scans", [(0.5, "x")],
+                           "counts")
+    assert "| upu | 1.000 [" in report
+    assert "| *reference: logistic regression on 2 volumes* | 1.000 [" in report
+
+
+def test_stage_progress_says_what_is_left():
+    lines: list[str] = []
+    now = iter([0.0, 10.0, 20.0, 40.0])
+    progress = StageProgress(4, lines.append, "scan", clock=lambda: next(now))
+    progress.step("sub-1: done")
+    progress.step()
+    progress.step()
+    assert lines[0].strip() == "scan 1/4 sub-1: done | 10 s, ~30 s left"
+    assert lines[1].strip() == "scan 2/4 | 20 s, ~20 s left"
+    assert lines[2].strip() == "scan 3/4 | 40 s, ~13 s left"
+
+
+def test_paired_difference_is_paired_over_subjects_and_seeds():
+    from adni_pu.workflows.crossval import paired_difference
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for seed in (0, 1, 2):
+        truth = rng.integers(0, 2, 40).astype(float)
+        shared = rng.normal(0, 1, 40)  # what both methods see: a paired design removes it
+        rows.append(pd.DataFrame({"seed": seed, "subject_id": [f"s{i}" for i in range(40)],
+                                  "truth": truth, "good": shared + 1.5 * truth,
+                                  "weak": shared + 1.0 * truth}))
+    frame = pd.concat(rows)
+    a = frame.rename(columns={"good": "logit"})[["seed", "subject_id", "logit", "truth"]]
+    b = frame.rename(columns={"weak": "logit"})[["seed", "subject_id", "logit", "truth"]]
+    out = paired_difference(a, b, n_boot=300)
+    assert out["n_seeds"] == 3 and out["n_subjects"] == 120
+    assert 0.0 < out["ci_low"] < out["value"] < out["ci_high"]
+    assert out["share_a_better"] > 0.975
+    same = paired_difference(a, a, n_boot=50)
+    assert same["value"] == same["ci_low"] == same["ci_high"] == 0.0
+    with pytest.raises(ValueError, match="one method only"):
+        paired_difference(a, b.iloc[1:], n_boot=10)

@@ -1,0 +1,88 @@
+"""Settings given as values by library code, and derived values computed in one explicit step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from adni_pu import config as cfgmod
+from adni_pu.workflows.benchmark import BenchmarkSpec, resolve_config
+from adni_pu.workflows.train import VolumeTrainConfig, load_volume_config, with_derived_values
+
+
+@dataclass
+class _Inner:
+    cache_dir: Path | None = None
+
+
+@dataclass
+class _Outer:
+    name: str = "a"
+    epochs: int = 1
+    inner: _Inner = field(default_factory=_Inner)
+
+
+def test_values_sit_between_the_file_and_the_overrides(tmp_path):
+    toml = tmp_path / "s.toml"
+    toml.write_text('name = "file"\nepochs = 3\n')
+    odd = tmp_path / 'a "quoted" folder'  # would break a KEY="VALUE" string
+    cfg = cfgmod.load(_Outer, toml, ["epochs=9"], None,
+                      {"name": "value", "epochs": 5, "inner": {"cache_dir": odd}})
+    assert cfg.name == "value" and cfg.epochs == 9 and cfg.inner.cache_dir == odd
+
+
+def test_derived_model_sizes_are_an_explicit_step_that_changes_no_input():
+    cfg = VolumeTrainConfig()
+    assert "brain_size" not in cfg.train.model_args  # construction derives nothing
+    derived = with_derived_values(cfg)
+    assert derived.train.model_args["brain_size"] == list(cfg.data.brain_size)
+    assert derived.train.model_args["hipp_size"] == list(cfg.data.hipp_size)
+    assert "brain_size" not in cfg.train.model_args  # the input is left as it was
+    assert with_derived_values(derived) == derived
+    loaded = load_volume_config(None, [], "nnpu")
+    assert loaded.train.model_args["brain_size"] == list(loaded.data.brain_size)
+
+
+def test_model_sizes_that_differ_from_the_data_sizes_are_refused():
+    with pytest.raises(cfgmod.ConfigError, match="set only the data sizes"):
+        load_volume_config(None, ["train.model_args.brain_size=[10, 10, 10]"], "nnpu")
+
+
+def test_preset_and_values_resolve_like_the_command_line(tmp_path):
+    cache = tmp_path / 'it\'s "here"'
+    cfg = load_volume_config(None, ["train.epochs=7"], "naive",
+                             values={"train": {"epochs": 3, "threads": 1},
+                                     "data": {"cache": "disk", "cache_dir": cache}})
+    assert cfg.preset == "naive" and cfg.train.method == "naive"
+    assert cfg.train.epochs == 7 and cfg.train.threads == 1 and cfg.data.cache_dir == cache
+
+
+def test_benchmark_settings_are_values_and_the_run_seed_wins():
+    spec = BenchmarkSpec(dataset="mnist", method="upu", settings={"threads": 1, "device": "cpu",
+                                                                  "method": "upu"},
+                         overrides=["epochs=4", "seed=99"])
+    cfg = resolve_config(spec, seed=2)
+    assert (cfg.method, cfg.threads, cfg.device, cfg.epochs, cfg.seed) == ("upu", 1, "cpu", 4, 2)
+
+
+def test_demo_settings_as_values_resolve_as_the_set_strings_did(tmp_path):
+    from adni_pu.workflows.demo import method_settings
+
+    cache = tmp_path / "cache"
+    as_text = ["train.batch_size=16", "train.eval_batch_size=16", "train.lr=0.001",
+               "train.progress=false", "train.model_args.channels=[8, 16]",
+               "train.model_args.hidden=64", "bootstrap=0", "train.epochs=8",
+               'data.cache="disk"', f'data.cache_dir="{cache.resolve()}"', "train.threads=2",
+               "train.seed=3", "train.selfpu.warmup_epochs=2",
+               "train.selfpu.self_paced_end=5", "train.selfpu.select_every=1",
+               "train.selfpu.teacher_rampup_epochs=1", "prior=0.6214", "train.lr=0.002"]
+    for preset in ("nnpu", "selfpu"):
+        before = load_volume_config(None, as_text, preset=preset)
+        after = load_volume_config(None, ["train.lr=0.002"], preset=preset,
+                                   values=method_settings(8, 3, 2, cache, {"prior": 0.6214}))
+        assert cfgmod.to_dict(after) == cfgmod.to_dict(before)
+    odd = tmp_path / 'a "quoted" cache'  # the text form could not carry this path
+    cfg = load_volume_config(None, [], "nnpu", values=method_settings(2, 0, 1, odd))
+    assert cfg.data.cache_dir == odd.resolve()
