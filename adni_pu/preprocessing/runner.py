@@ -19,7 +19,6 @@ import io
 import os
 import re
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -90,8 +89,6 @@ def _worker_init(threads: int, parent: int | None = None) -> None:
     configure_threads(threads)
     if parent is not None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group
-        # terminated by the main process: unwind (finally blocks remove temporary folders)
-        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
         threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
 
 
