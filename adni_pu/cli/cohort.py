@@ -31,7 +31,7 @@ def build(
         show_default="the file's or --set preset, else paper",
         help="paper, published-code, tracer-cutoffs or centiloid")] = None,
     amyloid: Annotated[Optional[list[Path]], typer.Option(  # noqa: UP045
-        show_default="none",
+        show_default="none", metavar="TABLE",
         help="amyloid table, repeatable: UC Berkeley UCBERKELEY_AMY_6MM_<date>.csv, "
              "UCBERKELEYAV45/FBB_<date>.csv, or subject,date,tracer,suvr (e.g. SUVRs from "
              "PET images); used before the clinical table's AV45/FBB/PIB "

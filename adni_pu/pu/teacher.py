@@ -78,5 +78,5 @@ def teacher_consistency(student_logits: torch.Tensor, teacher: nn.Module, x: obj
     """
     teacher.eval()
     with torch.no_grad():
-        target = torch.sigmoid(teacher(x))
+        target = torch.sigmoid(teacher(x).float())  # float32 under bf16 autocast
     return ((torch.sigmoid(student_logits) - target) ** 2).mean()

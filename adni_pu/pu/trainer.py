@@ -524,7 +524,7 @@ class Trainer:
                 raise _OutOfTime
             with self.autocast():
                 if self.ddp is not None:
-                    logits = [self.ddp.forward(k, x) for k in range(len(self.students))]
+                    logits = [self.ddp.forward(k, x).float() for k in range(len(self.students))]
                 else:
                     logits = [fwd(x).float() for fwd in self._train_forward]
             frac_epoch = epoch + b / len(batches)
