@@ -77,3 +77,21 @@ def file_digest(path: str | Path, algorithm: str = "sha256") -> str:
 def sha256_file(path: str | Path) -> str:
     """Hex SHA-256 of a file."""
     return file_digest(path, "sha256")
+
+
+def check_out_dir(out_dir: str | Path, contents: str = "the outputs") -> Path:
+    """Refuse an output folder that is a file (or lies under one) before anything is written.
+
+    Raises :class:`adni_pu.errors.OutputError` naming the folder; returns it as a Path.
+    """
+    from adni_pu.errors import OutputError
+
+    out_dir = Path(out_dir)
+    for path in (out_dir, *out_dir.parents):
+        if path.exists():
+            if not path.is_dir():
+                what = "is" if path == out_dir else f"lies under {path}, which is"
+                raise OutputError(f"output folder {out_dir}: {what} a file; expected a folder "
+                                  f"(new or existing) for {contents}")
+            break
+    return out_dir

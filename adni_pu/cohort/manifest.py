@@ -34,6 +34,7 @@ from adni_pu.cohort.splits import assign_splits, check_manifest_splits
 from adni_pu.cohort.tables import _missing, apply, is_rid, load_clinical, load_scans
 from adni_pu.errors import CohortInputError, OutputError
 from adni_pu.fileio import atomic_write, atomic_write_text, sha256_file
+from adni_pu.fileio import check_out_dir as _check_out_dir
 
 #: Manifest columns, in order (docs/cohort.md describes each).
 MANIFEST_COLUMNS: tuple[str, ...] = (
@@ -355,14 +356,7 @@ def write_manifest(manifest: pd.DataFrame, path: str | Path) -> Path:
 
 def check_out_dir(out_dir: str | Path) -> None:
     """Refuse an output folder that is a file (or lies under one) before anything is written."""
-    out_dir = Path(out_dir)
-    for path in (out_dir, *out_dir.parents):
-        if path.exists():
-            if not path.is_dir():
-                what = "is" if path == out_dir else f"lies under {path}, which is"
-                raise CohortInputError(f"output folder {out_dir}: {what} a file; expected a folder "
-                                       "(new or existing) for the cohort files")
-            return
+    _check_out_dir(out_dir, "the cohort files")
 
 
 def write_cohort(cohort: Cohort, out_dir: str | Path, render: bool = True) -> dict[str, Path]:
@@ -420,11 +414,14 @@ def read_manifest(path: str | Path) -> pd.DataFrame:
             raise CohortInputError(f"{path}: no manifest.csv or manifest.parquet in this folder")
     if not path.is_file():
         raise CohortInputError(f"{path}: manifest not found")
-    if path.suffix == ".parquet":
-        frame = pd.read_parquet(path)
-    else:
-        frame = pd.read_csv(path, dtype={"subject_id": str, "session_id": str, "scan_id": str,
-                                         "scan_path": str})
+    try:
+        if path.suffix == ".parquet":
+            frame = pd.read_parquet(path)
+        else:
+            frame = pd.read_csv(path, dtype={"subject_id": str, "session_id": str,
+                                             "scan_id": str, "scan_path": str})
+    except (ValueError, OSError) as exc:  # empty, not CSV/Parquet, unreadable
+        raise CohortInputError(f"{path}: cannot read the manifest ({exc})") from exc
     missing = [c for c in ("subject_id", "scan_path", "pu_label", "truth", "split")
                if c not in frame.columns]
     if missing:

@@ -112,9 +112,11 @@ def plot_suvr_histogram(manifest: pd.DataFrame, path: str | Path,
     centiloid = (config is not None and config.labels.scale == "centiloid"
                  and "centiloid" in manifest)
     column = "centiloid" if centiloid else "suvr"
+    # a manifest without amyloid columns (diagnosis-only labels) plots empty panels
+    manifest = manifest.assign(**{c: np.nan for c in ("tracer", column) if c not in manifest})
     keep = [c for c in ("subject_id", "tracer", column, "suvr_date") if c in manifest]
     measures = manifest.loc[manifest[column].notna(), keep].drop_duplicates()
-    tracers = [t for t in MEASURE_TRACERS if (measures.get("tracer") == t).any()] or ["none"]
+    tracers = [t for t in MEASURE_TRACERS if (measures["tracer"] == t).any()] or ["none"]
     fig, axes = plt.subplots(1, len(tracers), figsize=(5.0 * len(tracers), 3.6), squeeze=False)
     styles = {"label": ("tab:red", "-", "label cut-off"),
               "truth": ("black", "--", "truth cut-off"),

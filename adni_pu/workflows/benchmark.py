@@ -219,6 +219,7 @@ def run_benchmark(spec: BenchmarkSpec, results_json: Path | None = None,
         raise ConfigError(f"time limit {spec.time_limit} minutes: expected a positive number")
     if spec.dataset not in DATA_NAMES:
         raise ConfigError(f"benchmark {spec.dataset!r}: expected one of {sorted(DATA_NAMES)}")
+    fileio.check_out_dir(spec.out, "the benchmark's run folders")
     spec.out.mkdir(parents=True, exist_ok=True)
     cache = spec.out / ".cache"
     command = command or " ".join(["adni-pu", *sys.argv[1:]])

@@ -324,7 +324,7 @@ def run_demo(settings: DemoSettings, log: Callable[[str], None] = print) -> Path
     from adni_pu.workflows.crossval import fold_manifests
     from adni_pu.workflows.demo_report import render_report
 
-    out = settings.out
+    out = fileio.check_out_dir(settings.out, "the demo's files")
     out.mkdir(parents=True, exist_ok=True)
     times: dict[str, float] = {}
     start = tic = time.perf_counter()

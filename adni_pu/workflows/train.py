@@ -38,7 +38,7 @@ import numpy as np
 from adni_pu import config as cfgmod
 from adni_pu.data.volumes import VolumeDataConfig
 from adni_pu.errors import ConfigError, ResumeError, VolumeRunError
-from adni_pu.fileio import atomic_write_text, sha256_file
+from adni_pu.fileio import atomic_write_text, check_out_dir, sha256_file
 from adni_pu.pu.config import TrainConfig
 from adni_pu.pu.metrics import sigmoid
 
@@ -144,12 +144,9 @@ def load_volume_config(path: str | Path | None = None, overrides: list[str] | No
     if preset is not None:
         overrides = cfgmod.without_preset(overrides)
         values["preset"] = preset
-    try:
-        train_defaults = cfgmod.to_dict(_default_train())
-        train_defaults.pop("prior", None)
-        cfgmod.deep_update(train_defaults, preset_settings(str(name)))
-    except ValueError as exc:
-        raise cfgmod.ConfigError(str(exc)) from exc
+    train_defaults = cfgmod.to_dict(_default_train())
+    train_defaults.pop("prior", None)
+    cfgmod.deep_update(train_defaults, preset_settings(str(name)))  # unknown: ConfigError
     defaults = {"preset": name, "train": train_defaults}
     cfg = cfgmod.load(VolumeTrainConfig, path, overrides, defaults, values)
     cfg = _one_prior(cfg, prior_given, str(path) if path is not None else "settings")
@@ -172,7 +169,7 @@ def _one_prior(cfg: VolumeTrainConfig, prior_given: bool, where: str) -> VolumeT
             "class prior once, as prior = <number> (or \"cohort\")")
     try:
         return replace(cfg, prior=alias, train=replace(cfg.train, prior=None))
-    except ValueError as exc:
+    except cfgmod.ConfigError as exc:  # __post_init__ validation, said with where it came from
         raise cfgmod.ConfigError(f"{where}: {exc}") from exc
 
 
@@ -346,14 +343,14 @@ def train_volumes(manifest: str | Path, config: VolumeTrainConfig, out: str | Pa
         import torch
 
         torch.set_num_threads(config.train.threads)
-    out = Path(out)
+    out = check_out_dir(out, "the run folder")
     mpath = _manifest_path(manifest)
     frame = _read_manifest(mpath)
     check_manifest_splits(frame)
     sha = sha256_file(mpath)
     previous = out / "run.json"
     if previous.is_file():
-        old = json.loads(previous.read_text())
+        old = _read_json(previous)
         if old.get("manifest_sha256") != sha or old.get("settings") != _fingerprint(config):
             raise ResumeError(f"{out} holds a run of another manifest or other settings; use "
                               "a new run folder (or delete this one)")
@@ -422,15 +419,28 @@ def load_run(run_dir: str | Path, device: str = "auto") -> tuple[VolumeTrainConf
             raise VolumeRunError(f"{run_dir}: not a finished training run ({name} missing); "
                                  "train with `adni-pu train` first")
     cfg = with_derived_values(cfgmod.load(VolumeTrainConfig, run_dir / VOLUME_CONFIG_NAME))
-    saved = torch.load(run_dir / "best_model.pt", map_location="cpu", weights_only=False)
-    train_cfg = cfgmod.from_dict(TrainConfig, saved["config"])
+    try:
+        saved = torch.load(run_dir / "best_model.pt", map_location="cpu", weights_only=False)
+        saved_config = saved["config"]
+    except Exception as exc:  # truncated, not a torch file, another format
+        raise VolumeRunError(f"{run_dir / 'best_model.pt'}: cannot read the selected model "
+                             f"({type(exc).__name__}: {exc}); retrain the run") from exc
+    train_cfg = cfgmod.from_dict(TrainConfig, saved_config)
 
     def factory() -> Any:
         return build_model(train_cfg.model, **train_cfg.model_args)
 
     model = load_selected(saved["state"], factory, resolve_device(device))
-    info = json.loads((run_dir / "run.json").read_text())
+    info = _read_json(run_dir / "run.json")
     return cfg, model, info
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    """A run folder's JSON file, or a :class:`VolumeRunError` naming it when it is damaged."""
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise VolumeRunError(f"{path}: not valid JSON ({exc}); use a new run folder") from exc
 
 
 def score_dataset(model: Any, dataset: Any, batch_size: int = 8) -> np.ndarray:
