@@ -132,15 +132,15 @@ def main() -> None:
     t0 = time.perf_counter()
     generate_cohort(work / "synth", args.subjects, args.seed, synth_cfg)
     t1 = time.perf_counter()
-    overrides = list(FAST_PREPROCESSING) if args.fast else ["qc.min_brain_ml=400.0"]
-    run_preprocessing(work / "synth" / "bids", work / "prep", load_config(None, overrides),
+    values = FAST_PREPROCESSING if args.fast else {"qc": {"min_brain_ml": 400.0}}
+    run_preprocessing(work / "synth" / "bids", work / "prep", load_config(values=values),
                       workers=args.workers, threads_per_worker=1, progress=False)
     t2 = time.perf_counter()
     record = {
         "benchmark": "hippocampal signal: ideal vs really preprocessed synthetic volumes",
         "command": "python benchmarks/preprocessing_signal.py " + " ".join(sys.argv[1:]),
         "subjects": args.subjects, "seed": args.seed, "voxel_mm": args.voxel,
-        "preprocessing_overrides": overrides, "synth": cfgmod.to_dict(synth_cfg),
+        "preprocessing_settings": values, "synth": cfgmod.to_dict(synth_cfg),
         "seconds": {"generate": round(t1 - t0, 1), "preprocess": round(t2 - t1, 1)},
         "result": measure(work / "synth", work / "prep"), "provenance": provenance(),
     }

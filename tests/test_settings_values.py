@@ -86,3 +86,24 @@ def test_demo_settings_as_values_resolve_as_the_set_strings_did(tmp_path):
     odd = tmp_path / 'a "quoted" cache'  # the text form could not carry this path
     cfg = load_volume_config(None, [], "nnpu", values=method_settings(2, 0, 1, odd))
     assert cfg.data.cache_dir == odd.resolve()
+
+
+def test_demo_preprocessing_and_cohort_settings_as_values_equal_the_old_strings():
+    """The demo builds its stage settings as values; they resolve (and hash) as the strings
+    it used to build did, so earlier demo folders still resume."""
+    from adni_pu.cohort.config import load_cohort_config
+    from adni_pu.preprocessing.config import load_config, settings_hash
+    from adni_pu.workflows.demo import FAST_PREPROCESSING
+
+    strings = load_config(None, [
+        "registration.resolution_mm=4.0", "registration.iterations=[50,20]",
+        "registration.shrink_factors=[2,1]", "registration.smoothing_sigmas=[1.0,0.0]",
+        "qc.min_brain_ml=400.0"])
+    values = load_config(values=FAST_PREPROCESSING)
+    assert values == strings and settings_hash(values) == settings_hash(strings)
+    assert values.registration.resolution_mm == 4.0  # not the default
+    cohort = load_cohort_config(values={"split": {"seed": 3, "test_fraction": 0.25}},
+                                preset="centiloid")
+    assert cohort == load_cohort_config(None, ["split.seed=3", "split.test_fraction=0.25"],
+                                        preset="centiloid")
+    assert cohort.split.seed == 3 and cohort.preset == "centiloid"

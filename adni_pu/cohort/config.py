@@ -324,15 +324,17 @@ def load_cohort_config(
     path: str | Path | None = None,
     overrides: list[str] | None = None,
     preset: str | None = None,
+    values: dict[str, Any] | None = None,
 ) -> CohortConfig:
-    """Resolve settings: preset defaults, then the TOML file, then ``key=value`` overrides.
+    """Resolve settings: preset defaults, then the TOML file, then ``values`` (a nested dict
+    given by library code), then ``key=value`` overrides.
 
-    The preset is, in order of precedence: ``preset``, a ``preset=`` override, the file's
-    ``preset`` key, ``"paper"``.
+    The preset is, in order of precedence: ``preset``, a ``preset=`` override,
+    ``values["preset"]``, the file's ``preset`` key, ``"paper"``.
     """
-    name = cfgmod.preset_choice(path, overrides, preset, "paper")
+    name = cfgmod.preset_choice(path, overrides, preset, "paper", values)
     defaults = {"preset": name, "labels": cfgmod.preset_table(LABEL_PRESETS, name)}
     if preset is None:
-        return cfgmod.load(CohortConfig, path, overrides, defaults=defaults)
+        return cfgmod.load(CohortConfig, path, overrides, defaults=defaults, values=values)
     return cfgmod.load(CohortConfig, path, cfgmod.without_preset(overrides), defaults,
-                        values={"preset": preset})
+                        values={**(values or {}), "preset": preset})

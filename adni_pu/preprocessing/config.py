@@ -13,7 +13,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from adni_pu import config as cfgmod
 from adni_pu.errors import ConfigError
@@ -279,7 +279,9 @@ def settings_hash(cfg: PreprocessConfig) -> str:
 
 
 def load_config(
-    path: str | Path | None = None, overrides: list[str] | None = None
+    path: str | Path | None = None, overrides: list[str] | None = None,
+    values: dict[str, Any] | None = None,
 ) -> PreprocessConfig:
-    """Settings from an optional TOML file plus ``key=value`` overrides."""
-    return cfgmod.load(PreprocessConfig, path, overrides)
+    """Settings from an optional TOML file, then ``values`` (a nested dict given by library
+    code), then the user's ``key=value`` overrides."""
+    return cfgmod.load(PreprocessConfig, path, overrides, values=values)

@@ -30,12 +30,12 @@ from adni_pu import config as cfgmod
 from adni_pu import fileio
 from adni_pu.errors import ConfigError, OutputError
 
-# Preprocessing settings for small synthetic heads, from docs/preprocessing.md.
-FAST_PREPROCESSING: tuple[str, ...] = (
-    "registration.resolution_mm=4.0", "registration.iterations=[50,20]",
-    "registration.shrink_factors=[2,1]", "registration.smoothing_sigmas=[1.0,0.0]",
-    "qc.min_brain_ml=400.0",
-)
+# Preprocessing settings for small synthetic heads, from docs/preprocessing.md (as values).
+FAST_PREPROCESSING: dict[str, Any] = {
+    "registration": {"resolution_mm": 4.0, "iterations": [50, 20], "shrink_factors": [2, 1],
+                     "smoothing_sigmas": [1.0, 0.0]},
+    "qc": {"min_brain_ml": 400.0},
+}
 # Training settings of the small budget, as values (the user's --set overrides come after).
 DEMO_TRAINING: dict[str, Any] = {
     "train": {"batch_size": 16, "eval_batch_size": 16, "lr": 0.001, "progress": False,
@@ -163,7 +163,7 @@ def preprocess_stage(out: Path, synth_dir: Path, settings: DemoSettings,
 
     prep_dir = out / "preprocessed"
     log(f"[2/5] preprocessing the raw scans into {prep_dir} ({settings.workers} workers)")
-    prep_cfg = load_config(None, list(FAST_PREPROCESSING))
+    prep_cfg = load_config(values=FAST_PREPROCESSING)
     n_scans = sum(1 for _ in (synth_dir / "bids").glob("sub-*/ses-*/anat/*_T1w.nii.gz"))
     progress = StageProgress(n_scans, log, "scan")
 
@@ -192,9 +192,8 @@ def cohort_stage(out: Path, synth_dir: Path, summary_path: Path, split_seed: int
     from adni_pu.cohort import build_cohort, load_cohort_config, write_cohort
 
     log("[3/5] building the cohort (labels, subject-level splits)")
-    cohort_cfg = load_cohort_config(None, [f"split.seed={split_seed}",
-                                           "split.test_fraction=0.25",
-                                           "split.val_fraction=0.2"])
+    cohort_cfg = load_cohort_config(values={"split": {
+        "seed": split_seed, "test_fraction": 0.25, "val_fraction": 0.2}})
     cohort = build_cohort(synth_dir / "clinical" / "ADNIMERGE.csv", summary_path, cohort_cfg)
     paths = write_cohort(cohort, out)
     return cohort, Path(paths["manifest"])
