@@ -126,6 +126,18 @@ def save_selected(trainer: Any, path: Path) -> None:
                        "epoch": best["epoch"], "candidate": best["candidate"]}, path)
 
 
+def read_selected(path: Path) -> dict[str, Any]:
+    """Read ``best_model.pt``: ``state`` (for :func:`load_selected`), ``config``, ``epoch``,
+    ``candidate``; a damaged or foreign file is a :class:`ResumeError` naming it."""
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=False)
+        saved["state"], saved["config"]  # noqa: B018 - the keys this format promises
+    except Exception as exc:  # truncated, not a torch file, another format
+        raise ResumeError(f"{path}: cannot read the selected model ({type(exc).__name__}: "
+                          f"{exc}); retrain the run") from exc
+    return saved
+
+
 class AveragedModel(nn.Module):
     """The average of several models' probabilities, returned as a logit."""
 

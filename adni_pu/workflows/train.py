@@ -407,10 +407,8 @@ def train_volumes(manifest: str | Path, config: VolumeTrainConfig, out: str | Pa
 
 def load_run(run_dir: str | Path, device: str = "auto") -> tuple[VolumeTrainConfig, Any, dict]:
     """The run's settings, its selected model (eval mode) and run.json."""
-    import torch
-
     from adni_pu.models import build_model
-    from adni_pu.pu.checkpoint import load_selected
+    from adni_pu.pu.checkpoint import load_selected, read_selected
     from adni_pu.pu.trainer import resolve_device
 
     run_dir = Path(run_dir)
@@ -419,13 +417,8 @@ def load_run(run_dir: str | Path, device: str = "auto") -> tuple[VolumeTrainConf
             raise VolumeRunError(f"{run_dir}: not a finished training run ({name} missing); "
                                  "train with `adni-pu train` first")
     cfg = with_derived_values(cfgmod.load(VolumeTrainConfig, run_dir / VOLUME_CONFIG_NAME))
-    try:
-        saved = torch.load(run_dir / "best_model.pt", map_location="cpu", weights_only=False)
-        saved_config = saved["config"]
-    except Exception as exc:  # truncated, not a torch file, another format
-        raise VolumeRunError(f"{run_dir / 'best_model.pt'}: cannot read the selected model "
-                             f"({type(exc).__name__}: {exc}); retrain the run") from exc
-    train_cfg = cfgmod.from_dict(TrainConfig, saved_config)
+    saved = read_selected(run_dir / "best_model.pt")
+    train_cfg = cfgmod.from_dict(TrainConfig, saved["config"])
 
     def factory() -> Any:
         return build_model(train_cfg.model, **train_cfg.model_args)
