@@ -1,0 +1,120 @@
+"""Run many ``adni-pu benchmark`` commands side by side on one machine (one GPU, many cores).
+
+Small models (MNIST's MLP) leave a GPU mostly idle in one process: the host launches kernels
+faster than one training loop can use them. Running a dozen benchmark processes at once
+fills it. This script is the maintainers' tool for that; it starts no engine of its own
+beyond a process pool, and each job is an ordinary, resumable ``adni-pu benchmark`` command.
+
+A jobs file has one job per line, ``NAME ARGS...`` (``#`` starts a comment), for example::
+
+    nnpu-wd0-s0  mnist --method nnpu --seeds 1 --seed-offset 0 --epochs 200
+
+Each job runs as ``adni-pu benchmark ARGS --out RUNS/NAME [--time-limit M]``, its output in
+``RUNS/NAME.log``. Jobs whose ``results.json`` exists are skipped. At the end the small files
+of every run folder (results, per-seed result, metrics.csv, settings, progress) are packed
+into one ``.tar.xz`` so they can travel; checkpoints are left out unless ``--with-checkpoints``.
+
+    python benchmarks/parallel_runs.py JOBS --runs runs/par --jobs 12 --time-limit 8 \
+        --pack $OUT/runs.tar.xz
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import subprocess
+import sys
+import tarfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+SMALL = ("results.json", "results.md", "result.json", "metrics.csv", "config.toml",
+         "progress.json", "data.json", "selection.json", "provenance.json")
+
+
+def read_jobs(path: Path) -> list[tuple[str, list[str]]]:
+    """``(name, benchmark arguments)`` of every job line of ``path``."""
+    jobs = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        name, *args = shlex.split(line)
+        if not args:
+            raise SystemExit(f"{path}:{number}: job {name!r} has no benchmark arguments")
+        jobs.append((name, args))
+    names = [n for n, _ in jobs]
+    if len(set(names)) != len(names):
+        raise SystemExit(f"{path}: job names repeat")
+    return jobs
+
+
+def run_job(name: str, args: list[str], runs: Path, time_limit: float | None,
+            threads: int) -> tuple[str, int, float]:
+    """Run one job to its end (or its time limit); return (name, exit status, seconds)."""
+    out = runs / name
+    if (out / "results.json").is_file():
+        return name, 0, 0.0
+    cmd = [sys.executable, "-c", "from adni_pu.cli.app import main; main()", "benchmark",
+           *args, "--out", str(out)]
+    if time_limit is not None:
+        cmd += ["--time-limit", str(time_limit)]
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
+    start = time.monotonic()
+    with (runs / f"{name}.log").open("a") as log:
+        rc = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+    return name, rc, time.monotonic() - start
+
+
+def pack(runs: Path, target: Path, with_checkpoints: bool) -> None:
+    """The small files (and optionally checkpoints) of every run folder in one tar.xz."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(target.name + ".part")
+    with tarfile.open(tmp, "w:xz") as tar:
+        for path in sorted(runs.rglob("*")):
+            if not path.is_file() or ".cache" in path.parts or "tensorboard" in path.parts:
+                continue
+            keep = path.name in SMALL or path.suffix == ".log"
+            if with_checkpoints and path.suffix == ".pt":
+                keep = True
+            if keep:
+                tar.add(path, arcname=str(path.relative_to(runs.parent)))
+    tmp.replace(target)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("jobs_file", type=Path)
+    parser.add_argument("--runs", type=Path, default=Path("runs/parallel"))
+    parser.add_argument("--jobs", type=int, default=8, help="jobs at a time")
+    parser.add_argument("--time-limit", type=float, default=None,
+                        help="minutes each job may train (its own --time-limit)")
+    parser.add_argument("--threads", type=int, default=1, help="CPU threads per job")
+    parser.add_argument("--pack", type=Path, default=None, help="write the tar.xz here")
+    parser.add_argument("--with-checkpoints", action="store_true")
+    parser.add_argument("--only", default="", help="comma-separated job names to run")
+    a = parser.parse_args()
+    jobs = read_jobs(a.jobs_file)
+    if a.only:
+        wanted = set(a.only.split(","))
+        jobs = [j for j in jobs if j[0] in wanted]
+    a.runs.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    with ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
+        futures = [pool.submit(run_job, n, args, a.runs, a.time_limit, a.threads)
+                   for n, args in jobs]
+        for future in futures:
+            name, rc, seconds = future.result()
+            state = {0: "done", 75: "paused (time limit)"}.get(rc, f"failed (exit {rc})")
+            print(f"{name}: {state} after {seconds:.0f} s "
+                  f"[{time.monotonic() - start:.0f} s]", flush=True)
+    if a.pack is not None:
+        pack(a.runs, a.pack, a.with_checkpoints)
+        print(f"packed {a.pack} ({a.pack.stat().st_size / 2**20:.1f} MiB)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
