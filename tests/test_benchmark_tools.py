@@ -1,0 +1,94 @@
+"""The maintainers' benchmark tools: the parallel job runner's job files and packing, and the
+validation summary that the tuning log's decisions read."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+def _metrics(path: Path, rows: list[dict[str, object]]) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    with (path / "metrics.csv").open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, keys)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def test_read_jobs_parses_names_and_arguments(tmp_path: Path) -> None:
+    runner = _script("parallel_runs")
+    jobs = tmp_path / "jobs.txt"
+    jobs.write_text("# comment\n\na mnist --method nnpu --set 'x=1 2'  # tail\nb mnist\n")
+    assert runner.read_jobs(jobs) == [("a", ["mnist", "--method", "nnpu", "--set", "x=1 2"]),
+                                      ("b", ["mnist"])]
+    jobs.write_text("a mnist\na mnist\n")
+    with pytest.raises(SystemExit, match="repeat"):
+        runner.read_jobs(jobs)
+    jobs.write_text("lonely\n")
+    with pytest.raises(SystemExit, match="jobs.txt:1"):
+        runner.read_jobs(jobs)
+
+
+def test_pack_keeps_small_files_and_leaves_checkpoints_out(tmp_path: Path) -> None:
+    runner = _script("parallel_runs")
+    runs = tmp_path / "runs"
+    seed = runs / "job" / "seed0"
+    seed.mkdir(parents=True)
+    for name in ("metrics.csv", "result.json", "last.pt"):
+        (seed / name).write_text("x")
+    (runs / "job.log").write_text("log")
+    target = tmp_path / "out" / "runs.tar.xz"
+    runner.pack(runs, target, with_checkpoints=False)
+    with tarfile.open(target) as tar:
+        names = sorted(tar.getnames())
+    assert names == ["runs/job.log", "runs/job/seed0/metrics.csv", "runs/job/seed0/result.json"]
+    runner.pack(runs, target, with_checkpoints=True)
+    with tarfile.open(target) as tar:
+        assert "runs/job/seed0/last.pt" in tar.getnames()
+
+
+def test_val_summary_reads_validation_for_both_rules(tmp_path: Path) -> None:
+    summary_mod = _script("val_summary")
+    seed = tmp_path / "root" / "run" / "seed0"
+    rows = [
+        {"epoch": 0, "val/student1/pu_risk": 0.30, "val/student2/pu_risk": 0.20,
+         "selected/candidate": "student2", "selected/score": 0.20,
+         "test_diagnostic/student1/accuracy": 0.90, "test_diagnostic/student2/accuracy": 0.80,
+         "train/student1/nn_correction": 0.5, "train/student2/nn_correction": 0.0},
+        {"epoch": 1, "val/student1/pu_risk": 0.10, "val/student2/pu_risk": 0.25,
+         "val/teacher1/pu_risk": 0.15, "val/teacher2/pu_risk": 0.12,
+         "selected/candidate": "teacher2", "selected/score": 0.12,
+         "test_diagnostic/student1/accuracy": 0.99, "test_diagnostic/teacher1/accuracy": 0.95,
+         "test_diagnostic/teacher2/accuracy": 0.85,
+         "train/student1/nn_correction": 1.0, "train/student2/nn_correction": 0.5},
+    ]
+    _metrics(seed, rows)
+    out = summary_mod.summarise([tmp_path / "root"])["run"]["seed0"]
+    assert out["complete"] is False and out["epochs_done"] == 2
+    # the best selected score over the run, not the best test number
+    assert out["best_epoch_rule"] == {"epoch": 1, "model": "teacher2", "val_score": 0.12,
+                                      "test_accuracy": 0.85}
+    # final rule: teachers only (students no longer compete), lowest validation risk wins
+    assert out["final_rule"]["model"] == "teacher2"
+    assert out["final_rule"]["val_scores"] == {"teacher1": 0.15, "teacher2": 0.12}
+    assert out["final_rule"]["test_accuracy_each"] == {"teacher1": 0.95, "teacher2": 0.85}
+    assert out["nn_correction_share"] == pytest.approx(0.5)
+    assert out["test_accuracy_test_selected"] == 0.99
+    text = summary_mod.markdown({"run": {"seed0": out}})
+    assert "| run | seed0 | 2 (cut short) | 0.1200 (1, teacher2) |" in text
+    json.dumps(out)  # serialisable as the tuning log's JSON
