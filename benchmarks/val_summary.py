@@ -8,7 +8,8 @@ reads the per-epoch rows the trainer wrote and reports, per seed:
 - at the last epoch, the validation score of every candidate (teachers once they exist,
   else students, else the one model) and the candidate the validation split prefers there
   ("final" rule: a handful of finalists, one comparison);
-- the share of batches where Kiryo's correction fired (mean over epochs and models);
+- the share of batches where Kiryo's correction fired (mean over epochs and models) and
+  the mean seconds per epoch of each phase;
 - test accuracy of each pick, read from the ``test_diagnostic`` columns. These are
   reported, never used to choose: every decision in the tuning log reads the ``val_*``
   fields alone.
@@ -83,6 +84,11 @@ def summarise_seed(seed_dir: Path, criterion: str = "pu_risk") -> dict[str, Any]
     fired = [v for v in fired if v is not None]
     tests = [_float(v) for row in rows for k, v in row.items() if k.startswith("test_diagnostic/")]
     tests = [v for v in tests if v is not None]
+    seconds: dict[str, list[float]] = {}
+    for row in rows:
+        value = _float(row.get("time/epoch_seconds"))
+        if value is not None:
+            seconds.setdefault(f"phase{row['phase']}", []).append(value)
     return {
         "seed_dir": str(seed_dir),
         "complete": (seed_dir / "result.json").is_file(),
@@ -99,6 +105,7 @@ def summarise_seed(seed_dir: Path, criterion: str = "pu_risk") -> dict[str, Any]
         },
         "nn_correction_share": statistics.fmean(fired) if fired else None,
         "test_accuracy_test_selected": max(tests) if tests else None,
+        "seconds_per_epoch": {k: round(statistics.fmean(v), 3) for k, v in seconds.items()},
     }
 
 
