@@ -190,6 +190,11 @@ TRAINING_PRESETS: dict[str, dict[str, Any]] = {
     "selfpu": _sp(),
     "published-code": _sp(labels="entropy", student_consistency="per_batch",
                           teacher_average="uniform", meta_sign_flip=True),
+    # Issue 11 ablation: full Self-PU (or nnPU) with one risk setting changed each.
+    "selfpu-band": _sp(rest_risk="band"),
+    "selfpu-mean-one": _sp(reweight_risk="mean-one"),
+    "selfpu-positive-share": {**_sp(), "positive_share": 0.125},
+    "nnpu-positive-share": {"method": "nnpu", "positive_share": 0.125},
 }
 
 PRESET_DESCRIPTIONS: dict[str, str] = {
@@ -207,6 +212,15 @@ PRESET_DESCRIPTIONS: dict[str, str] = {
     "selfpu": "full Self-PU: two students, two mean teachers, per-example hard mining",
     "published-code": "Self-PU as the published code runs it (entropy targets, batch gate, "
                       "uniform teacher average, flipped entropy sign in the meta step)",
+    "selfpu-band": "Self-PU whose nnPU correction on D_U minus the trusted set uses only the "
+                   "labelled positives inside the trusted set's score band (rest_risk=band)",
+    "selfpu-mean-one": "Self-PU whose self-calibration keeps R_n unbiased: nnPU weights of mean "
+                       "one, non-negativity decided on the unweighted R_n "
+                       "(reweight_risk=mean-one)",
+    "selfpu-positive-share": "Self-PU with 1/8 of every batch labelled positives "
+                             "(positive_share=0.125)",
+    "nnpu-positive-share": "nnPU with 1/8 of every batch labelled positives "
+                           "(positive_share=0.125)",
 }
 
 
