@@ -68,6 +68,8 @@ def _syncs_per_epoch(tiny_pu, batch_size: int, **cfg) -> list[list[str]]:
     {"method": "selfpu", "selfpu": SP},
     {"method": "selfpu", "selfpu": {**SP, "labels": "entropy",
                                     "student_consistency": "per_batch"}},
+    {"method": "selfpu", "positive_share": 0.25,
+     "selfpu": {**SP, "rest_risk": "band", "reweight_risk": "mean-one"}},
 ])
 def test_training_loop_never_waits_for_the_device(tiny_pu, monkeypatch, settings):
     # the teacher ramp is a host-side scalar (a CPU tensor even on a GPU run)

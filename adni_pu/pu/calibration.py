@@ -14,17 +14,27 @@ how much; an example with both weights zero falls back to pure nnPU (a=0, b=1). 
 total entropy weight of the batch is capped at ``cap * batch_size`` (cap = 1/16): examples
 are admitted by decreasing ``a_i`` and, once the cap is reached, the rest fall back to pure
 nnPU.
+
+``mode="mean-one"`` (SelfPUConfig.reweight_risk) changes two things so that the weights do
+not bias the negative risk R_n low: an example whose two raw hypergradients are both tiny
+(``|u| <= 1e-3 * max |u|`` over the batch) falls back to pure nnPU instead of letting the
+sign of a near-zero number decide, and after the cap the nnPU weights ``b`` are rescaled to
+mean one over the batch (``sum b = n``; all ones when the sum is zero), so the weighted
+E_U[l(g, -1)] keeps the scale of the unweighted one. ``mode="shrink"`` is the rule above.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import nn
 
 ValidationObjective = Callable[[dict[str, torch.Tensor]], torch.Tensor]
+WeightMode = Literal["shrink", "mean-one"]
+TINY = 1e-3  # mean-one: |u| at or below TINY * max |u| over the batch counts as zero
 
 
 @dataclass
@@ -102,11 +112,16 @@ def hypergradient(
     return -grad_w.detach()
 
 
-def normalise_weights(raw: torch.Tensor, batch_size: int, cap: float) -> CalibrationWeights:
+def normalise_weights(raw: torch.Tensor, batch_size: int, cap: float,
+                      mode: WeightMode = "shrink") -> CalibrationWeights:
     """Clamp, per-example normalisation and the batch cap on the entropy weight (see module)."""
     w = torch.clamp(raw, min=0.0)
     total = w.sum(dim=0)
     has = total > 0
+    if mode == "mean-one" and raw.numel():
+        size = raw.abs()
+        tiny = (size <= TINY * size.max()).all(dim=0)
+        has = has & ~tiny
     ce = torch.where(has, w[0] / torch.where(has, total, torch.ones_like(total)),
                      torch.zeros_like(total))
     pu = torch.where(has, 1.0 - ce, torch.ones_like(total))
@@ -117,6 +132,11 @@ def normalise_weights(raw: torch.Tensor, batch_size: int, cap: float) -> Calibra
     capped = torch.zeros_like(has).scatter(0, order, over & (ce[order] > 0))
     ce = ce.masked_fill(capped, 0.0)
     pu = pu.masked_fill(capped, 1.0)
+    if mode == "mean-one":
+        pu_sum = pu.sum()
+        ok = pu_sum > 0
+        pu = torch.where(ok, pu * pu.numel() / torch.where(ok, pu_sum, torch.ones_like(pu_sum)),
+                         torch.ones_like(pu))
     return CalibrationWeights(ce, pu, raw, capped.sum())
 
 
@@ -129,7 +149,8 @@ def calibration_weights(
     batch_size: int,
     cap: float,
     sign_flip: bool = False,
+    mode: WeightMode = "shrink",
 ) -> CalibrationWeights:
     """The whole self-calibration step for one mini-batch."""
     raw = hypergradient(model, entropy_terms, pu_terms, objective, step_size, sign_flip)
-    return normalise_weights(raw, batch_size, cap)
+    return normalise_weights(raw, batch_size, cap, mode)

@@ -3,7 +3,8 @@
 ``last.pt`` (written after every epoch, read on resume)::
 
     {"epoch": int, "fingerprint": str (the settings that must match to resume),
-     "students": [{"model", "optimizer", "scheduler", "trusted", "prior_rest", "teacher"}],
+     "students": [{"model", "optimizer", "scheduler", "trusted", "prior_rest", "band_pos",
+                   "teacher"}],
      "history": [epoch rows], "best": {"score", "epoch", "candidate", "state"}}
 
 ``best_model.pt`` (written when the fit ends)::
@@ -74,7 +75,7 @@ def save_last(trainer: Any, epoch: int, path: Path) -> None:
         "students": [
             {"model": st.model.state_dict(), "optimizer": st.optimizer.state_dict(),
              "scheduler": st.scheduler.state_dict(), "trusted": st.trusted.state(),
-             "prior_rest": st.prior_rest,
+             "prior_rest": st.prior_rest, "band_pos": st.band_pos,
              "teacher": st.teacher.state_dict() if st.teacher is not None else None}
             for st in trainer.students
         ],
@@ -111,6 +112,7 @@ def restore(trainer: Any, state: dict[str, Any]) -> None:
         st.scheduler.load_state_dict(saved["scheduler"])
         st.trusted = TrustedSet.from_state(saved["trusted"])
         st.prior_rest = saved["prior_rest"]
+        st.band_pos = saved["band_pos"]
         if saved["teacher"] is not None:
             st.teacher = MeanTeacher(st.model, sp.teacher_average, sp.ema_decay)
             st.teacher.load_state_dict(saved["teacher"])

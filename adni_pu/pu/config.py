@@ -41,11 +41,23 @@ class SelfPUConfig:
     labels: Literal["hard", "soft", "entropy"] = "soft"
     # Use the positive fraction left in D_U minus the trusted set as the nnPU prior.
     correct_prior: bool = True
+    # The nnPU risk on D_U minus the trusted set. "prior": only the prior is corrected
+    # (correct_prior). "band": the positives left there are those whose selection-time score
+    # lies strictly inside the band between the trusted pseudo-negatives and
+    # pseudo-positives; the correction term pi_rest E_P[l(g,-1)] uses only the labelled
+    # positives inside the band and pi_rest = pi_u n_u f_band / |U'| (f_band: the fraction of
+    # labelled positives inside the band).
+    rest_risk: Literal["prior", "band"] = "prior"
     # Self-calibrated loss reweighting (learning to reweight with one virtual step).
     reweight: bool = True
     reweight_in_phase3: bool = False
     meta_step_size: float = 1e-3
     meta_ce_cap: float = 1.0 / 16
+    # How the meta step's weights enter the nnPU risk. "shrink": per-example weights that
+    # sum to one (the nnPU weight shrinks where the entropy weight grows). "mean-one": tiny
+    # hypergradients fall back to pure nnPU, the nnPU weights are rescaled to mean one over
+    # the batch's rest-U rows, and Kiryo's non-negativity test reads the unweighted R_n.
+    reweight_risk: Literal["shrink", "mean-one"] = "shrink"
     # Validation objective of the meta step: the PU risk on the PU validation split, or
     # cross entropy on labelled validation examples (needs TrainConfig.pn_validation).
     meta_objective: Literal["pu_risk", "pn_ce"] = "pu_risk"
@@ -101,6 +113,11 @@ class TrainConfig:
     gamma: float = 1.0
     # Model selection on the validation split (never on test).
     val_criterion: Criterion = "pu_risk"
+    # Labelled-positive oversampling: with s in (0, 1) every batch holds round(s*batch_size)
+    # labelled positives (drawn from successive random permutations of D_P) and the rest
+    # unlabelled; an epoch is one pass over D_U. 0: P and U spread evenly over the batches
+    # in the data's ratio. The risks are unchanged (means over the P rows and the U rows).
+    positive_share: float = 0.0
     # Use true labels of the validation split (a labelled PN validation set, as the paper's
     # meta step assumes). Results made with it must say so.
     pn_validation: bool = False
@@ -137,6 +154,13 @@ class TrainConfig:
             raise ConfigError(f"prior={self.prior}: expected a number in (0, 1)")
         if self.val_criterion == "pn_accuracy" and not self.pn_validation:
             raise ConfigError("val_criterion='pn_accuracy' needs pn_validation=true")
+        if not 0.0 <= self.positive_share < 1.0:
+            raise ConfigError(f"positive_share={self.positive_share}: expected a number in [0, 1)")
+        n_pos = round(self.positive_share * self.batch_size)
+        if self.positive_share > 0.0 and not 1 <= n_pos < self.batch_size:
+            raise ConfigError(
+                f"positive_share={self.positive_share} with batch_size={self.batch_size}: "
+                "expected at least one labelled positive and one unlabelled example per batch")
         if self.crop_padding < 0:
             raise ConfigError(f"crop_padding={self.crop_padding}: expected >= 0")
         if self.selfpu.meta_objective == "pn_ce" and not self.pn_validation:
@@ -166,6 +190,11 @@ TRAINING_PRESETS: dict[str, dict[str, Any]] = {
     "selfpu": _sp(),
     "published-code": _sp(labels="entropy", student_consistency="per_batch",
                           teacher_average="uniform", meta_sign_flip=True),
+    # Issue 11 ablation: full Self-PU (or nnPU) with one risk setting changed each.
+    "selfpu-band": _sp(rest_risk="band"),
+    "selfpu-mean-one": _sp(reweight_risk="mean-one"),
+    "selfpu-positive-share": {**_sp(), "positive_share": 0.125},
+    "nnpu-positive-share": {"method": "nnpu", "positive_share": 0.125},
 }
 
 PRESET_DESCRIPTIONS: dict[str, str] = {
@@ -183,6 +212,15 @@ PRESET_DESCRIPTIONS: dict[str, str] = {
     "selfpu": "full Self-PU: two students, two mean teachers, per-example hard mining",
     "published-code": "Self-PU as the published code runs it (entropy targets, batch gate, "
                       "uniform teacher average, flipped entropy sign in the meta step)",
+    "selfpu-band": "Self-PU whose nnPU correction on D_U minus the trusted set uses only the "
+                   "labelled positives inside the trusted set's score band (rest_risk=band)",
+    "selfpu-mean-one": "Self-PU whose self-calibration keeps R_n unbiased: nnPU weights of mean "
+                       "one, non-negativity decided on the unweighted R_n "
+                       "(reweight_risk=mean-one)",
+    "selfpu-positive-share": "Self-PU with 1/8 of every batch labelled positives "
+                             "(positive_share=0.125)",
+    "nnpu-positive-share": "nnPU with 1/8 of every batch labelled positives "
+                           "(positive_share=0.125)",
 }
 
 

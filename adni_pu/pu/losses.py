@@ -8,6 +8,10 @@ usual case-control forms:
     R_p = pi E_P[l(g, +1)]
     R_n = c (E_U[l(g, -1)] - pi_u E_P[l(g, -1)]),   c = (1 - pi) / (1 - pi_u)
     uPU = R_p + R_n;  nnPU reports R_p + max(0, R_n)
+
+The correction term pi_u E_P[l(g, -1)] may average over its own set of labelled positives
+(``logits_p_neg``): on D_U minus a trusted set, only the labelled positives that resemble
+the positives left in it (Self-PU's score band, ``rest_risk = "band"``).
 """
 
 from __future__ import annotations
@@ -55,18 +59,22 @@ def pu_risk(
     prior: float,
     prior_u: float | None = None,
     weights_u: torch.Tensor | None = None,
+    logits_p_neg: torch.Tensor | None = None,
 ) -> PURisk:
     """The two parts of the sigmoid-loss PU risk from labelled-positive and unlabelled logits.
 
     ``weights_u`` (one per unlabelled example) scales each example's contribution to
-    E_U[l(g, -1)]; the self-calibration step uses it.
+    E_U[l(g, -1)]; the self-calibration step uses it. ``logits_p_neg``: the labelled
+    positives of the correction term pi_u E_P[l(g, -1)] (None: ``logits_p``; empty: the
+    term is zero), while R_p keeps every labelled positive.
     """
     prior_u = prior if prior_u is None else prior_u
     scale = (1.0 - prior) / (1.0 - prior_u)
+    p_neg = logits_p if logits_p_neg is None else logits_p_neg
     r_p = prior * _mean(sigmoid_loss(logits_p, 1.0), None)
     r_n = scale * (
         _mean(sigmoid_loss(logits_u, -1.0), weights_u)
-        - prior_u * _mean(sigmoid_loss(logits_p, -1.0), None)
+        - prior_u * _mean(sigmoid_loss(p_neg, -1.0), None)
     )
     return PURisk(r_p, r_n)
 
@@ -77,15 +85,20 @@ def upu_loss(logits_p: torch.Tensor, logits_u: torch.Tensor, prior: float,
     return pu_risk(logits_p, logits_u, prior, prior_u).unbiased
 
 
-def nnpu_step_objective(risk: PURisk, beta: float = 0.0, gamma: float = 1.0
+def nnpu_step_objective(risk: PURisk, beta: float = 0.0, gamma: float = 1.0,
+                        decide_on: torch.Tensor | None = None
                         ) -> tuple[torch.Tensor, torch.Tensor]:
     """Kiryo's step rule: what to back-propagate, and whether the correction fired.
 
     If R_n < -beta, step on -gamma R_n (gradient ascent on the negative part); otherwise
     step on R_p + R_n. The branch is taken with ``torch.where`` (no host synchronisation);
     ``fired`` is a boolean scalar tensor. The branch not taken gets a zero gradient.
+    ``decide_on``: the R_n that the test reads, when it is not ``risk.negative`` (the
+    self-calibration's ``mean-one`` mode decides on the unweighted R_n, steps on the
+    weighted one).
     """
-    fired = risk.negative < -beta
+    r_n = risk.negative if decide_on is None else decide_on
+    fired = r_n.detach() < -beta
     objective = torch.where(fired, -gamma * risk.negative, risk.positive + risk.negative)
     return objective, fired
 

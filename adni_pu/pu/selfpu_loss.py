@@ -48,13 +48,17 @@ def baseline_loss(method: str, logits: torch.Tensor, s: torch.Tensor, pos: Any, 
 def student_loss(logits: torch.Tensor, *, pos: Any, trusted: Any, rest_u: Any, n: int,
                  phase: int, sp: SelfPUConfig, prior_rest: float, beta: float, gamma: float,
                  trusted_target: Callable[[], torch.Tensor],
-                 calibrate: Callable[[torch.Tensor, torch.Tensor], Any] | None
+                 calibrate: Callable[[torch.Tensor, torch.Tensor], Any] | None,
+                 pos_neg: Any = None,
                  ) -> tuple[torch.Tensor, torch.Tensor, Stats]:
     """Phases 2-3 loss of one student on one batch, without the phase-3 distillation.
 
     ``trusted`` are the batch rows in the student's trusted set, ``rest_u`` the unlabelled
     rows outside it; ``trusted_target()`` the soft labels of the trusted rows;
     ``calibrate(entropy, negative loss)`` the meta step's weights (None: no reweighting).
+    ``pos_neg``: the labelled-positive rows of the nnPU correction term (``rest_risk="band"``:
+    those inside the score band; None: every labelled row; none in the batch: the term is
+    zero). With ``sp.reweight_risk="mean-one"`` Kiryo's test reads the unweighted R_n.
     Returns (loss, the nnPU step objective, statistics).
     """
     n_trusted, n_rest = len(trusted), len(rest_u)
@@ -78,8 +82,13 @@ def student_loss(logits: torch.Tensor, *, pos: Any, trusted: Any, rest_u: Any, n
         weights_u = w.pu
         entropy_term = (w.ce * h).sum() / n_rest
         stats.update(w.stats())
-    risk = losses.pu_risk(logits[pos], u_logits, prior_rest, weights_u=weights_u)
-    pu_obj, fired = losses.nnpu_step_objective(risk, beta, gamma)
+    p_neg = None if pos_neg is None else logits[pos_neg]
+    risk = losses.pu_risk(logits[pos], u_logits, prior_rest, weights_u=weights_u,
+                          logits_p_neg=p_neg)
+    decide_on = None
+    if weights_u is not None and sp.reweight_risk == "mean-one":
+        decide_on = losses.pu_risk(logits[pos], u_logits, prior_rest, logits_p_neg=p_neg).negative
+    pu_obj, fired = losses.nnpu_step_objective(risk, beta, gamma, decide_on)
     frac = n_trusted / n
     loss = frac * ce + (1.0 - frac) * (pu_obj + entropy_term)
     stats.update({"trusted_ce": ce.detach().double(),

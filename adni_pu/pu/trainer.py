@@ -49,7 +49,14 @@ from adni_pu.pu.config import TrainConfig
 from adni_pu.pu.metrics import binary_metrics, logit, roc_auc, sigmoid
 from adni_pu.pu.recorders import Recorder, run_folder_recorders
 from adni_pu.pu.teacher import MeanTeacher, teacher_consistency
-from adni_pu.pu.trusted_set import TrustedSet, select_trusted_set, target_size
+from adni_pu.pu.trusted_set import (
+    TrustedSet,
+    band_positives,
+    band_prior,
+    clip_prior,
+    select_trusted_set,
+    target_size,
+)
 
 ModelFactory = Callable[[], nn.Module]
 LOWER_IS_BETTER = {"pu_risk": True, "pu_zero_one": True, "pu_auc": False, "pn_accuracy": False}
@@ -67,6 +74,9 @@ class Student:
     trusted: TrustedSet = field(default_factory=TrustedSet.empty)
     teacher: MeanTeacher | None = None
     prior_rest: float = 0.5
+    # rest_risk="band": training-split indices of the labelled positives inside the trusted
+    # set's score band at the last selection (None: every labelled positive)
+    band_pos: np.ndarray | None = None
 
 
 @dataclass
@@ -108,6 +118,8 @@ class _Layout:
     trusted: list[torch.Tensor] = field(default_factory=list)  # per student: D_U rows trusted
     rest: list[torch.Tensor] = field(default_factory=list)  # per student: D_U rows not trusted
     outside: list[torch.Tensor] = field(default_factory=list)  # per student: rows not trusted
+    # per student, with rest_risk="band": labelled-positive rows inside the band
+    band_pos: list[torch.Tensor] = field(default_factory=list)
 
 
 def _rows(mask: np.ndarray) -> slice | np.ndarray:
@@ -262,7 +274,10 @@ class Trainer:
     # ------------------------------------------------------------------ data
 
     def _epoch_batches(self, rng: np.random.Generator) -> list[np.ndarray]:
-        """Entry indices per batch, each batch holding labelled P and U in the data's ratio."""
+        """Entry indices per batch, each batch holding labelled P and U in the data's ratio
+        (or, with ``positive_share``, a fixed number of labelled positives per batch)."""
+        if self.cfg.positive_share > 0:
+            return self._oversampled_batches(rng)
         n = len(self.entry_base)
         n_batches = max(1, math.ceil(n / self.cfg.batch_size))
         if self.ddp is not None:  # every rank gets the same number of batches
@@ -270,6 +285,23 @@ class Trainer:
         p_perm = rng.permutation(self.n_p)
         u_perm = self.n_p + rng.permutation(self.n_u)
         p_chunks = np.array_split(p_perm, n_batches)
+        u_chunks = np.array_split(u_perm, n_batches)
+        return [np.concatenate([p, u]) for p, u in zip(p_chunks, u_chunks)]
+
+    def _oversampled_batches(self, rng: np.random.Generator) -> list[np.ndarray]:
+        """``positive_share``: every batch holds round(share * batch_size) labelled positives
+        and the rest unlabelled; the epoch is one pass over D_U, and the positives come from
+        successive random permutations of D_P (each used about equally often; a positive can
+        appear twice in a batch only where two permutations meet)."""
+        n_pos = round(self.cfg.positive_share * self.cfg.batch_size) if self.n_p else 0
+        n_batches = max(1, math.ceil(self.n_u / (self.cfg.batch_size - n_pos)))
+        if self.ddp is not None:  # every rank gets the same number of batches
+            n_batches = self.ddp.round_batches(n_batches, self.n_u + n_batches * n_pos)
+        need = n_batches * n_pos
+        cycles = [rng.permutation(self.n_p) for _ in range(-(-need // max(self.n_p, 1)))]
+        p_all = np.concatenate(cycles)[:need] if cycles else np.zeros(0, np.int64)
+        u_perm = self.n_p + rng.permutation(self.n_u)
+        p_chunks = np.split(p_all, n_batches)
         u_chunks = np.array_split(u_perm, n_batches)
         return [np.concatenate([p, u]) for p, u in zip(p_chunks, u_chunks)]
 
@@ -331,16 +363,24 @@ class Trainer:
             scores = sigmoid(self.predict_logits(st.model, self.data.train))
             st.trusted = select_trusted_set(scores, self.candidates_u, size, self.sp.labels,
                                             st.trusted, self.sp.replacement, epoch)
-            st.prior_rest = self._prior_rest(st.trusted)
+            if self.sp.rest_risk == "band":
+                st.band_pos = band_positives(scores, self.data.train.labelled, st.trusted)
+            st.prior_rest = self._prior_rest(st.trusted, st.band_pos)
         return stats
 
-    def _prior_rest(self, trusted: TrustedSet) -> float:
-        """Positive fraction of D_U once the trusted set is taken out (optional correction)."""
-        if not self.sp.correct_prior or len(trusted) == 0:
+    def _prior_rest(self, trusted: TrustedSet, band_pos: np.ndarray | None = None) -> float:
+        """Positive fraction of D_U once the trusted set is taken out: the prior correction
+        (``correct_prior``), or with ``rest_risk="band"`` pi_u n_u f_band / |U'| where f_band
+        is the fraction of labelled positives inside the band (``band_pos``)."""
+        if len(trusted) == 0:
+            return self.prior_u
+        if self.sp.rest_risk == "band" and band_pos is not None:
+            f_band = len(band_pos) / max(self.n_p, 1)
+            return band_prior(self.prior_u, self.n_u, len(trusted), f_band)
+        if not self.sp.correct_prior:
             return self.prior_u
         n_pos = int(trusted.pseudo_labels.sum())
-        value = (self.prior_u * self.n_u - n_pos) / max(self.n_u - len(trusted), 1)
-        return float(min(max(value, 1e-3), 1 - 1e-3))
+        return clip_prior((self.prior_u * self.n_u - n_pos) / max(self.n_u - len(trusted), 1))
 
     # ------------------------------------------------------------------ losses
 
@@ -421,10 +461,12 @@ class Trainer:
             def calibrate(h: torch.Tensor, l_neg: torch.Tensor) -> Any:
                 return calibration.calibration_weights(
                     st.model, h, l_neg, self._meta_objective(st.model, *meta),
-                    sp.meta_step_size, lay.n, sp.meta_ce_cap, sp.meta_sign_flip)
+                    sp.meta_step_size, lay.n, sp.meta_ce_cap, sp.meta_sign_flip,
+                    sp.reweight_risk)
 
         loss, pu_obj, stats = selfpu_loss.student_loss(
             logits, pos=lay.pos, trusted=trusted, rest_u=lay.rest[k], n=lay.n, phase=phase,
+            pos_neg=lay.band_pos[k] if lay.band_pos else None,
             sp=sp, prior_rest=st.prior_rest, beta=self.cfg.beta, gamma=self.cfg.gamma,
             trusted_target=lambda: member_target[idx[trusted]], calibrate=calibrate)
         if phase == 3:
@@ -454,10 +496,14 @@ class Trainer:
                 for r in (pos, unl))))
         if phase >= 2:
             in_u = s_all == 0
-            for member in members:
+            for member, st in zip(members, self.students):
                 trusted = in_u & member[self.entry_base[order]]
-                for key, mask in (("trusted", trusted), ("rest", in_u & ~trusted),
-                                  ("outside", ~trusted)):
+                masks = [("trusted", trusted), ("rest", in_u & ~trusted), ("outside", ~trusted)]
+                if self.sp.rest_risk == "band":
+                    in_band = np.zeros(len(member), dtype=bool)
+                    in_band[slice(None) if st.band_pos is None else st.band_pos] = True
+                    masks.append(("band_pos", ~in_u & in_band[self.entry_base[order]]))
+                for key, mask in masks:
                     parts = _split_positions(mask, starts, sizes, self.device)
                     for lay, part in zip(layouts, parts):
                         getattr(lay, key).append(part)

@@ -122,3 +122,37 @@ def select_trusted_set(
         np.concatenate([keep.targets, new_tgt]).astype(np.float32),
         epoch,
     )
+
+
+def score_band(scores: np.ndarray, trusted: TrustedSet) -> tuple[float, float]:
+    """``(t_lo, t_hi)``: the highest pseudo-negative and the lowest pseudo-positive score of
+    ``trusted`` under ``scores`` (the selecting model's probabilities over the training
+    split). The positives left in D_U minus the trusted set score strictly inside the band;
+    a side without members is open (-inf / +inf)."""
+    pos = trusted.indices[trusted.pseudo_labels == 1]
+    neg = trusted.indices[trusted.pseudo_labels == 0]
+    t_hi = float(scores[pos].min()) if len(pos) else float("inf")
+    t_lo = float(scores[neg].max()) if len(neg) else float("-inf")
+    return t_lo, t_hi
+
+
+def band_positives(scores: np.ndarray, labelled: np.ndarray, trusted: TrustedSet
+                   ) -> np.ndarray:
+    """Indices of the labelled positives whose score lies strictly inside the trusted set's
+    band (:func:`score_band`): under SCAR, a sample of the positives left in D_U minus the
+    trusted set."""
+    t_lo, t_hi = score_band(scores, trusted)
+    inside = labelled & (scores > t_lo) & (scores < t_hi)
+    return np.flatnonzero(inside).astype(np.int64)
+
+
+def band_prior(prior_u: float, n_u: int, n_trusted: int, f_band: float) -> float:
+    """Positive fraction of D_U minus a trusted set of ``n_trusted`` members when a fraction
+    ``f_band`` of the positives lies inside the band: pi_u n_u f_band / (n_u - n_trusted),
+    clipped to [1e-3, 1 - 1e-3]."""
+    return clip_prior(prior_u * n_u * f_band / max(n_u - n_trusted, 1))
+
+
+def clip_prior(value: float) -> float:
+    """A class prior estimate kept inside [1e-3, 1 - 1e-3] (the risks divide by 1 - pi)."""
+    return float(min(max(value, 1e-3), 1 - 1e-3))

@@ -1,0 +1,233 @@
+"""Issue 11 risk settings, hand-computed: the band risk on D_U minus the trusted set
+(``rest_risk="band"``), the mean-one self-calibration (``reweight_risk="mean-one"``) and
+labelled-positive oversampling (``positive_share``)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from conftest import tiny_config
+
+from adni_pu.pu import calibration, losses, selfpu_loss
+from adni_pu.pu.config import SelfPUConfig
+from adni_pu.pu.trainer import Trainer
+from adni_pu.pu.trusted_set import (
+    band_positives,
+    band_prior,
+    score_band,
+    select_trusted_set,
+)
+
+LN3 = math.log(3.0)
+
+
+# ------------------------------------------------------------------ the band risk
+
+
+def test_pu_risk_with_its_own_correction_term_positives():
+    # l(0, +-1) = 0.5; l(ln 3, -1) = sigmoid(ln 3) = 0.75; c = (1 - 0.4) / (1 - 0.2) = 0.75
+    p, u, p_neg = torch.zeros(2), torch.zeros(4), torch.tensor([LN3])
+    risk = losses.pu_risk(p, u, 0.4, 0.2, logits_p_neg=p_neg)
+    assert float(risk.positive) == pytest.approx(0.4 * 0.5)  # all labelled positives
+    assert float(risk.negative) == pytest.approx(0.75 * (0.5 - 0.2 * 0.75))
+    default = losses.pu_risk(p, u, 0.4, 0.2)
+    assert float(default.negative) == pytest.approx(0.75 * (0.5 - 0.2 * 0.5))
+    # no labelled positive in the band: the correction term is zero
+    empty = losses.pu_risk(p, u, 0.4, 0.2, logits_p_neg=torch.zeros(0))
+    assert float(empty.negative) == pytest.approx(0.75 * 0.5)
+
+
+def _band_example():
+    """6 labelled positives (0-5) and 10 unlabelled (6-15) with given scores."""
+    scores = np.array([0.99, 0.9, 0.85, 0.5, 0.1, 0.05,  # labelled positives
+                       0.95, 0.9, 0.8, 0.6, 0.5, 0.45, 0.3, 0.2, 0.1, 0.05])
+    labelled = np.arange(16) < 6
+    trusted = select_trusted_set(scores, np.arange(6, 16), 4, "hard")
+    return scores, labelled, trusted
+
+
+def test_band_from_the_trusted_sets_boundary_scores():
+    scores, labelled, trusted = _band_example()
+    # top 2 unlabelled (0.95, 0.9) pseudo-positive, bottom 2 (0.1, 0.05) pseudo-negative
+    assert sorted(trusted.indices[trusted.pseudo_labels == 1]) == [6, 7]
+    assert sorted(trusted.indices[trusted.pseudo_labels == 0]) == [14, 15]
+    assert score_band(scores, trusted) == (0.1, 0.9)
+    # strictly inside (0.1, 0.9): 0.85 and 0.5; the boundary scores 0.9 and 0.1 are out
+    inside = band_positives(scores, labelled, trusted)
+    assert inside.tolist() == [2, 3]
+    f_band = len(inside) / 6
+    # pi_rest = pi_u n_u f_band / |U'| = 0.4 * 10 * (1/3) / 6
+    assert band_prior(0.4, 10, len(trusted), f_band) == pytest.approx(4 / 18)
+    assert band_prior(0.4, 10, 4, 0.0) == 1e-3  # clipped like the prior correction
+
+
+def test_band_layout_and_prior_in_the_trainer(tiny_pu):
+    cfg = tiny_config(method="selfpu", selfpu={"warmup_epochs": 0, "rest_risk": "band",
+                                               "reweight": False})
+    trainer = Trainer(cfg, tiny_pu)
+    trainer._select(0)
+    st = trainer.students[0]
+    scores = 1 / (1 + np.exp(-trainer.predict_logits(st.model, tiny_pu.train)))
+    expected = band_positives(scores, tiny_pu.train.labelled, st.trusted)
+    assert np.array_equal(st.band_pos, expected) and 0 < len(expected) < trainer.n_p
+    f_band = len(expected) / trainer.n_p
+    assert st.prior_rest == pytest.approx(
+        band_prior(trainer.prior_u, trainer.n_u, len(st.trusted), f_band))
+    batches = trainer._epoch_batches(np.random.default_rng(0))
+    members = [s.trusted.membership(len(tiny_pu.train))[0] for s in trainer.students]
+    layouts = trainer._layouts(batches, members, 2)
+    for batch, lay in zip(batches, layouts):
+        rows = trainer.entry_base[batch]
+        want = np.flatnonzero(trainer.entry_s[batch].astype(bool) & np.isin(rows, expected))
+        assert lay.band_pos[0].tolist() == want.tolist()
+    # the default ("prior") builds no band rows
+    plain = Trainer(tiny_config(method="selfpu", selfpu={"warmup_epochs": 0}), tiny_pu)
+    plain._select(0)
+    assert plain.students[0].band_pos is None
+    lay = plain._layouts(batches, members, 2)[0]
+    assert lay.band_pos == []
+
+
+# ------------------------------------------------------------------ mean-one weights
+
+
+def _raw():
+    # columns: both positive; entropy negative; both tiny (|u| <= 1e-3 * 0.4); both negative
+    return torch.tensor([[0.3, -0.2, 1e-4, -0.1],
+                         [0.1, 0.4, -1e-4, -0.3]])
+
+
+def test_shrink_weights_let_a_tiny_sign_decide():
+    w = calibration.normalise_weights(_raw(), batch_size=100, cap=1.0)
+    assert w.ce.tolist() == pytest.approx([0.75, 0.0, 1.0, 0.0])
+    assert w.pu.tolist() == pytest.approx([0.25, 1.0, 0.0, 1.0])
+
+
+def test_mean_one_weights():
+    w = calibration.normalise_weights(_raw(), batch_size=100, cap=1.0, mode="mean-one")
+    assert w.ce.tolist() == pytest.approx([0.75, 0.0, 0.0, 0.0])  # the tiny one falls back
+    b = np.array([0.25, 1.0, 1.0, 1.0]) * 4 / 3.25
+    assert w.pu.tolist() == pytest.approx(b.tolist())
+    assert float(w.pu.mean()) == pytest.approx(1.0)
+    # every nnPU weight zero: all ones
+    zero = calibration.normalise_weights(torch.tensor([[1.0, 2.0], [0.0, 0.0]]), 100, 1.0,
+                                         mode="mean-one")
+    assert zero.pu.tolist() == [1.0, 1.0]
+
+
+@pytest.mark.parametrize(("mode", "fired"), [("shrink", True), ("mean-one", False)])
+def test_non_negativity_is_decided_on_the_unweighted_risk(mode, fired):
+    # one labelled positive at logit 0 (l(.,+1) = l(.,-1) = 0.5); rest U at +-ln 3 with
+    # l(., -1) = 0.75, 0.25; prior 0.6 on both sides (c = 1); nnPU weights (0, 2)
+    logits = torch.tensor([0.0, LN3, -LN3])
+    weights = calibration.CalibrationWeights(torch.zeros(2), torch.tensor([0.0, 2.0]),
+                                             torch.zeros(2, 2), torch.tensor(0))
+    sp = SelfPUConfig(reweight_risk=mode)
+    _, pu_obj, stats = selfpu_loss.student_loss(
+        logits, pos=slice(0, 1), trusted=torch.arange(0), rest_u=torch.arange(1, 3), n=3,
+        phase=2, sp=sp, prior_rest=0.6, beta=0.0, gamma=1.0,
+        trusted_target=lambda: torch.zeros(0), calibrate=lambda h, l_neg: weights)
+    # unweighted R_n = 0.5 - 0.6 * 0.5 = 0.2 >= 0; weighted R_n = 0.5 / 2 - 0.3 = -0.05 < 0
+    assert bool(stats["nn_correction"]) is fired
+    r_p, r_n = 0.6 * 0.5, -0.05
+    assert float(pu_obj) == pytest.approx(-r_n if fired else r_p + r_n)
+
+
+# ------------------------------------------------------------------ positive oversampling
+
+
+def test_positive_share_batches(tiny_pu):
+    trainer = Trainer(tiny_config(method="nnpu", batch_size=32, positive_share=0.25), tiny_pu)
+    n_p, n_u = trainer.n_p, trainer.n_u
+    batches = trainer._epoch_batches(np.random.default_rng([0, 3]))
+    assert len(batches) == math.ceil(n_u / 24)
+    pos = [b[b < n_p] for b in batches]
+    assert all(len(p) == 8 for p in pos)
+    assert all(np.all(b[:8] < n_p) and np.all(b[8:] >= n_p) for b in batches)  # P rows first
+    u_all = np.concatenate([b[b >= n_p] for b in batches])
+    assert sorted(u_all.tolist()) == list(range(n_p, n_p + n_u))  # every U once
+    drawn = np.concatenate(pos)
+    for start in range(0, len(drawn) - n_p + 1, n_p):  # each full cycle is a permutation
+        assert sorted(drawn[start:start + n_p].tolist()) == list(range(n_p))
+    counts = np.bincount(drawn, minlength=n_p)
+    assert counts.max() - counts.min() <= 1
+    # the same seed and epoch give the same batches (resume-safe)
+    again = trainer._epoch_batches(np.random.default_rng([0, 3]))
+    assert all(np.array_equal(a, b) for a, b in zip(batches, again))
+
+
+def test_positive_share_with_distributed_sharding(tiny_pu):
+    from adni_pu.distributed import DistributedRun
+
+    cfg = tiny_config(method="nnpu", batch_size=32, positive_share=0.25)
+    trainer = Trainer(cfg, tiny_pu, distributed=DistributedRun(0, 3))
+    batches = trainer._epoch_batches(np.random.default_rng(0))
+    assert len(batches) % 3 == 0 and len(batches) >= math.ceil(trainer.n_u / 24)
+    assert all(np.sum(b < trainer.n_p) == 8 for b in batches)
+    u_all = np.concatenate([b[b >= trainer.n_p] for b in batches])
+    assert len(u_all) == trainer.n_u == len(set(u_all.tolist()))
+
+
+def test_positive_share_is_checked():
+    from adni_pu.config import ConfigError
+
+    with pytest.raises(ConfigError, match="positive_share=1.0"):
+        tiny_config(positive_share=1.0)
+    with pytest.raises(ConfigError, match="at least one labelled positive"):
+        tiny_config(positive_share=0.001, batch_size=32)
+
+
+# ------------------------------------------------------------------ end to end
+
+
+def test_selfpu_with_all_three_settings_trains_and_resumes_exactly(tiny_pu, tmp_path):
+    sp = {"warmup_epochs": 1, "self_paced_end": 3, "select_every": 1,
+          "teacher_rampup_epochs": 1, "rest_risk": "band", "reweight_risk": "mean-one"}
+    cfg = tiny_config(method="selfpu", epochs=4, positive_share=0.25, selfpu=sp)
+    straight = Trainer(cfg, tiny_pu, tmp_path / "straight")
+    straight.fit()
+    assert all(st.band_pos is not None for st in straight.students)
+    rows = straight.history
+    assert all(math.isfinite(r["train/student1/loss"]) for r in rows)
+    assert "train/student1/pu_weight_mean" in rows[1]
+    assert rows[1]["train/student1/pu_weight_mean"] == pytest.approx(1.0)
+
+    interrupted = Trainer(cfg, tiny_pu, tmp_path / "resumed")
+    original = interrupted.train_epoch
+
+    def train_epoch(epoch, *args, **kwargs):
+        if epoch == 3:  # phase 3: no selection, the band comes from the checkpoint
+            raise KeyboardInterrupt
+        return original(epoch, *args, **kwargs)
+
+    interrupted.train_epoch = train_epoch  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        interrupted.fit()
+    resumed = Trainer(cfg, tiny_pu, tmp_path / "resumed")
+    resumed.fit()
+    assert resumed.start_epoch == 3
+    for s1, s2 in zip(straight.students, resumed.students):
+        assert np.array_equal(s1.band_pos, s2.band_pos)
+        assert s1.prior_rest == s2.prior_rest
+        for (k, v1), v2 in zip(s1.model.state_dict().items(), s2.model.state_dict().values()):
+            torch.testing.assert_close(v1, v2, msg=k)
+    assert straight.best["score"] == pytest.approx(resumed.best["score"])
+
+
+@pytest.mark.parametrize(("name", "method", "rest", "reweight", "share"), [
+    ("selfpu-band", "selfpu", "band", "shrink", 0.0),
+    ("selfpu-mean-one", "selfpu", "prior", "mean-one", 0.0),
+    ("selfpu-positive-share", "selfpu", "prior", "shrink", 0.125),
+    ("nnpu-positive-share", "nnpu", "prior", "shrink", 0.125),
+    ("selfpu", "selfpu", "prior", "shrink", 0.0),
+])
+def test_risk_setting_presets(name, method, rest, reweight, share):
+    from adni_pu import config as cfgmod
+    from adni_pu.pu.config import TrainConfig, preset_settings
+
+    cfg = cfgmod.from_dict(TrainConfig, preset_settings(name))
+    assert (cfg.method, cfg.selfpu.rest_risk, cfg.selfpu.reweight_risk, cfg.positive_share) == (
+        method, rest, reweight, share)
