@@ -109,8 +109,15 @@ def test_best_epoch_rule_also_records_the_finalists(tiny_pu):
     trainer = Trainer(selfpu(), tiny_pu)
     trainer.fit()
     last = trainer.history[-1]
-    names = ["teacher1", "teacher2", "average"]
-    assert trainer.final["choice"] == chosen_by_validation(last, names)
+    scores = trainer.final["val_scores"]
+    assert scores.keys() == {"teacher1", "teacher2", "average"}
+    assert "val/average/pu_risk" not in last  # metrics.csv keeps its columns under this rule
+    assert {n: scores[n] for n in ("teacher1", "teacher2")} == {
+        n: last[f"val/{n}/pu_risk"] for n in ("teacher1", "teacher2")}
+    average = trainer.finalist_models()["average"]
+    assert scores["average"] == pytest.approx(trainer.val_scores(
+        trainer.predict_logits(average, tiny_pu.val))["pu_risk"], rel=1e-5)
+    assert trainer.final["choice"] == min(scores, key=lambda n: (scores[n], n))
     # the best-epoch rule is unchanged: the best validation score over epochs and teachers
     rows = [(r[f"val/{r['selected/candidate']}/pu_risk"], r["epoch"]) for r in trainer.history]
     assert trainer.best["epoch"] == min(rows)[1]

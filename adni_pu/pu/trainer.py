@@ -625,8 +625,10 @@ class Trainer:
             pool = ["average"]
         if final_rule:
             pool = finalists
-        if "average" in pool or (last and "average" in finalists):
-            val_logits["average"] = _average_logits([val_logits[p] for p in self.candidates()])
+        average = (_average_logits([val_logits[p] for p in self.candidates()])
+                   if "average" in pool or (last and "average" in finalists) else None)
+        if "average" in pool:  # a column of metrics.csv only where it competes every epoch
+            val_logits["average"] = average
         for name, logits in val_logits.items():
             for key, value in self.val_scores(logits).items():
                 row[f"val/{name}/{key}"] = value
@@ -645,7 +647,8 @@ class Trainer:
         row["selected/candidate"] = choice
         row["selected/score"] = scores[choice]
         if last:
-            final_scores = {p: row[f"val/{p}/{crit}"] for p in finalists}
+            final_scores = {p: row[f"val/{p}/{crit}"] if p in val_logits
+                            else self.val_scores(average)[crit] for p in finalists}
             self.final = {"epoch": epoch, "choice": _choose(final_scores, lower),
                           "val_scores": final_scores}
         if final_rule:
