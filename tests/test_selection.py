@@ -253,3 +253,30 @@ def test_benchmark_result_carries_the_finalists_diagnostics(tmp_path, monkeypatc
         100 * result["test_accuracy_final_rule_diagnostic"])
     assert summary["per_seed"][0]["test_accuracy_finalists_diagnostic"] == accuracy
     assert np.isfinite(summary["results"]["selfpu-swa"]["test_accuracy"]["mean"])
+
+
+def test_volume_run_recomputes_teacher_batchnorm_and_keeps_a_finalist(tmp_path):
+    """The map-style (3-D volume) path: dict batches through the loader, un-augmented view."""
+    from volume_helpers import make_volume_cohort, tiny_overrides
+
+    from adni_pu.workflows.train import load_volume_config, train_volumes
+
+    manifest = make_volume_cohort(tmp_path / "cohort")
+    sp = ["train.selfpu.warmup_epochs=1", "train.selfpu.self_paced_end=2",
+          "train.selfpu.select_every=1", "train.selfpu.teacher_rampup_epochs=1",
+          "train.selfpu.rates=[0.6, 0.6]", 'train.selfpu.schedule="fixed"',
+          'train.selection="final"']
+    cfg = load_volume_config(None, tiny_overrides(3, tmp_path / "cache") + sp,
+                             preset="selfpu-swa")
+    fit = train_volumes(manifest, cfg, tmp_path / "run", log=lambda m: None)
+    assert fit.best_epoch == 2 and fit.best_candidate in ("teacher1", "teacher2", "average")
+    last = torch.load(tmp_path / "run" / "checkpoints" / "last.pt", weights_only=False)
+    info = json.loads((tmp_path / "run" / "data.json").read_text())
+    n_entries = info["n_labelled_entries"] + info["n_unlabelled_entries"]
+    chunks = -(-n_entries // cfg.train.batch_size)
+    for student in last["students"]:
+        counters = [v for k, v in student["teacher"]["model"].items()
+                    if k.endswith("num_batches_tracked")]
+        # reset by the recompute, then one count per chunk of the pass (averaging copies the
+        # student's counter, which counts every training batch)
+        assert counters and all(int(c) == chunks for c in counters)

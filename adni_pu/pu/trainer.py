@@ -748,12 +748,14 @@ class Trainer:
 
     def _recompute_teacher_batchnorm(self) -> None:
         """With ``teacher_bn = "recompute"``: each teacher's BatchNorm statistics from one
-        pass over the training entries (D_P and D_U, as the epoch's batches hold them), so
+        pass over the training entries (D_P and D_U, as the epoch's batches hold them),
+        un-augmented (``eval_x`` where the split has one, so the pass is deterministic), so
         evaluation, selection and the next epoch's consistency targets use them."""
         teachers = [st.teacher for st in self.students if st.teacher is not None]
         if self.sp.teacher_bn != "recompute" or not teachers:
             return
-        x = self.data.train.x
+        train = self.data.train
+        x = train.eval_x if train.eval_x is not None else train.x
         size = self.cfg.eval_batch_size if isinstance(x, torch.Tensor) else self.cfg.batch_size
         chunks = [self.entry_base[i:i + size] for i in range(0, len(self.entry_base), size)]
         for teacher in teachers:
