@@ -228,7 +228,7 @@ def test_benchmark_result_carries_the_finalists_diagnostics(tmp_path, monkeypatc
     from test_readers import write_mnist
 
     from adni_pu.data import readers
-    from adni_pu.workflows.benchmark import BenchmarkSpec, aggregate, run_seed
+    from adni_pu.workflows.benchmark import BenchmarkSpec, aggregate, markdown_table, run_seed
 
     monkeypatch.setitem(readers.MNIST_COUNTS, "train", 200)
     monkeypatch.setitem(readers.MNIST_COUNTS, "test", 40)
@@ -253,6 +253,9 @@ def test_benchmark_result_carries_the_finalists_diagnostics(tmp_path, monkeypatc
         100 * result["test_accuracy_final_rule_diagnostic"])
     assert summary["per_seed"][0]["test_accuracy_finalists_diagnostic"] == accuracy
     assert np.isfinite(summary["results"]["selfpu-swa"]["test_accuracy"]["mean"])
+    table = markdown_table(summary)
+    assert "final-rule % (diagnostic)" in table
+    assert f"{100 * result['test_accuracy_final_rule_diagnostic']:.2f} (0.00)" in table
 
 
 def test_volume_run_recomputes_teacher_batchnorm_and_keeps_a_finalist(tmp_path):
