@@ -1,4 +1,5 @@
-"""Mean teachers: EMA arithmetic, uniform averaging, BN buffers, a real consistency gradient."""
+"""Mean teachers: EMA arithmetic, uniform averaging, BN buffers averaged or recomputed, a real
+consistency gradient."""
 
 from __future__ import annotations
 
@@ -6,7 +7,13 @@ import pytest
 import torch
 from torch import nn
 
-from adni_pu.pu.teacher import MeanTeacher, sigmoid_rampup, teacher_consistency
+from adni_pu.pu.teacher import (
+    MeanTeacher,
+    batchnorm_buffers,
+    recompute_batchnorm,
+    sigmoid_rampup,
+    teacher_consistency,
+)
 
 
 def small():
@@ -77,3 +84,67 @@ def test_rampup():
     assert sigmoid_rampup(0, 10) == pytest.approx(torch.exp(torch.tensor(-5.0)).item())
     assert sigmoid_rampup(10, 10) == 1.0
     assert sigmoid_rampup(3, 0) == 1.0
+
+
+def with_dropout():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(2, 3), nn.Dropout(0.5), nn.BatchNorm1d(3), nn.ReLU(),
+                         nn.Linear(3, 1))
+
+
+def _update_with_moving_student(teacher: MeanTeacher, student: nn.Module, steps: int) -> None:
+    x = torch.randn(16, 2)
+    for k in range(steps):
+        with torch.no_grad():
+            student[0].weight.add_(0.1 * (k + 1))
+        student.train()
+        student(x)  # moves the student's running statistics
+        teacher.update(student)
+
+
+def test_batchnorm_recompute_gives_the_training_data_statistics():
+    student = with_dropout()
+    teacher = MeanTeacher(student, "uniform", bn="recompute")
+    _update_with_moving_student(teacher, student, 3)
+    weights = {k: v.clone() for k, v in teacher.model.named_parameters()}
+    x = torch.randn(300, 2) * 3 + 1
+    recompute_batchnorm(teacher.model, [x])  # one batch: mean and unbiased variance exactly
+    with torch.no_grad():
+        hidden = teacher.model[0](x)  # the pre-BN activations (dropout is not applied)
+    bn = teacher.model[2]
+    torch.testing.assert_close(bn.running_mean, hidden.mean(0))
+    torch.testing.assert_close(bn.running_var, hidden.var(0, unbiased=True))
+    for k, v in teacher.model.named_parameters():
+        torch.testing.assert_close(v, weights[k], rtol=0, atol=0)
+    assert not teacher.model.training and bn.momentum == 0.1  # momentum put back
+    # batches of unequal sizes weigh by size: the running mean is the mean of every example
+    recompute_batchnorm(teacher.model, [x[:250], x[250:]])
+    torch.testing.assert_close(bn.running_mean, hidden.mean(0))
+    pooled = (250 * hidden[:250].var(0) + 50 * hidden[250:].var(0)) / 300
+    torch.testing.assert_close(bn.running_var, pooled)
+    # and the averaging leaves recomputed statistics alone (the next epoch's targets use them)
+    stats = bn.running_mean.clone(), bn.running_var.clone()
+    _update_with_moving_student(teacher, student, 2)
+    torch.testing.assert_close(bn.running_mean, stats[0], rtol=0, atol=0)
+    torch.testing.assert_close(bn.running_var, stats[1], rtol=0, atol=0)
+
+
+def test_uniform_average_of_three_snapshots_is_their_mean_for_every_weight():
+    student = small()
+    teacher = MeanTeacher(student, "uniform", bn="recompute")
+    snapshots = []
+    for k in range(3):
+        with torch.no_grad():
+            for p in student.parameters():
+                p.add_(torch.randn_like(p) * (k + 1))
+        snapshots.append({n: p.clone() for n, p in student.named_parameters()})
+        teacher.update(student)
+    for name, p in teacher.model.named_parameters():
+        torch.testing.assert_close(p, torch.stack([s[name] for s in snapshots]).mean(0))
+
+
+def test_batchnorm_buffer_names_and_bad_mode():
+    assert batchnorm_buffers(small()) == {"1.running_mean", "1.running_var",
+                                          "1.num_batches_tracked"}
+    with pytest.raises(ValueError, match="expected 'average' or 'recompute'"):
+        MeanTeacher(small(), bn="swa")  # type: ignore[arg-type]

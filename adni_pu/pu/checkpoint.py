@@ -5,7 +5,11 @@
     {"epoch": int, "fingerprint": str (the settings that must match to resume),
      "students": [{"model", "optimizer", "scheduler", "trusted", "prior_rest", "band_pos",
                    "teacher"}],
-     "history": [epoch rows], "best": {"score", "epoch", "candidate", "state"}}
+     "history": [epoch rows], "best": {"score", "epoch", "candidate", "state"},
+     "final": None or {"epoch", "choice", "val_scores"} (the finalists after the last epoch)}
+
+The teachers' state holds their BatchNorm statistics as they are after the epoch (recomputed
+with ``teacher_bn = "recompute"``), so a resumed run continues from the same teachers.
 
 ``best_model.pt`` (written when the fit ends)::
 
@@ -81,6 +85,7 @@ def save_last(trainer: Any, epoch: int, path: Path) -> None:
         ],
         "history": trainer.history,
         "best": trainer.best,
+        "final": trainer.final,
     }
     if trainer.cfg.checkpoint_precision == "bfloat16":
         state["students"] = half_size(state["students"])
@@ -114,10 +119,11 @@ def restore(trainer: Any, state: dict[str, Any]) -> None:
         st.prior_rest = saved["prior_rest"]
         st.band_pos = saved["band_pos"]
         if saved["teacher"] is not None:
-            st.teacher = MeanTeacher(st.model, sp.teacher_average, sp.ema_decay)
+            st.teacher = MeanTeacher(st.model, sp.teacher_average, sp.ema_decay, sp.teacher_bn)
             st.teacher.load_state_dict(saved["teacher"])
     trainer.history = state["history"]
     trainer.best = state["best"]
+    trainer.final = state.get("final")  # absent in checkpoints of earlier versions
     trainer.start_epoch = state["epoch"] + 1
 
 

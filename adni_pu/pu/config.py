@@ -14,6 +14,7 @@ from adni_pu.errors import ConfigError
 
 Method = Literal["naive", "upu", "nnpu", "selfpu"]
 Criterion = Literal["pu_risk", "pu_zero_one", "pu_auc", "pn_accuracy"]
+Selection = Literal["best_epoch", "final"]
 
 
 @dataclass
@@ -73,10 +74,15 @@ class SelfPUConfig:
     teachers: bool = True
     teacher_average: Literal["ema", "uniform"] = "ema"
     ema_decay: float = 0.999
+    # A teacher's BatchNorm running statistics: "average" them like the weights, or
+    # "recompute" them from the training inputs after every epoch (as stochastic weight
+    # averaging does); the averaged weights alone do not match the averaged statistics.
+    teacher_bn: Literal["average", "recompute"] = "average"
     teacher_weight: float = 0.3
     teacher_rampup_epochs: int = 30
-    # The final model: the better teacher (or student, without teachers) by the validation
-    # criterion, or the average of the two teachers' probabilities.
+    # The models that compete for selection once teachers exist: the better teacher (or
+    # student, without teachers) by the validation criterion, or only the average of the two
+    # teachers' probabilities.
     final_model: Literal["best", "average"] = "best"
 
     def __post_init__(self) -> None:
@@ -118,6 +124,10 @@ class TrainConfig:
     # unlabelled; an epoch is one pass over D_U. 0: P and U spread evenly over the batches
     # in the data's ratio. The risks are unchanged (means over the P rows and the U rows).
     positive_share: float = 0.0
+    # Which model the run keeps: "best_epoch" the best validation score over every epoch and
+    # candidate; "final" the best of the finalists after the last epoch only (the teachers and
+    # their average, or the students and their average, or the one model). docs/selfpu.md.
+    selection: Selection = "best_epoch"
     # Use true labels of the validation split (a labelled PN validation set, as the paper's
     # meta step assumes). Results made with it must say so.
     pn_validation: bool = False
@@ -188,6 +198,7 @@ TRAINING_PRESETS: dict[str, dict[str, Any]] = {
     "students": _sp(labels="soft", reweight=True, teachers=False),
     "teachers": _sp(labels="soft", reweight=True, student_consistency="none"),
     "selfpu": _sp(),
+    "selfpu-swa": _sp(teacher_average="uniform", teacher_bn="recompute"),
     "published-code": _sp(labels="entropy", student_consistency="per_batch",
                           teacher_average="uniform", meta_sign_flip=True),
     # Issue 11 ablation: full Self-PU (or nnPU) with one risk setting changed each.
@@ -210,6 +221,8 @@ PRESET_DESCRIPTIONS: dict[str, str] = {
     "students": "L_SPS + reweighting + two students (no teachers)",
     "teachers": "L_SPS + reweighting + two students with mean teachers (no student consistency)",
     "selfpu": "full Self-PU: two students, two mean teachers, per-example hard mining",
+    "selfpu-swa": "full Self-PU with teachers as phase-long uniform averages of the students "
+                  "whose BatchNorm statistics are recomputed on the training data (SWA)",
     "published-code": "Self-PU as the published code runs it (entropy targets, batch gate, "
                       "uniform teacher average, flipped entropy sign in the meta step)",
     "selfpu-band": "Self-PU whose nnPU correction on D_U minus the trusted set uses only the "

@@ -130,14 +130,18 @@ class CheckpointSaver(FolderRecorder):
 
 
 class SelectionSummary(FolderRecorder):
-    """``selection.json``: the selected epoch and candidate, its score, seconds per phase."""
+    """``selection.json``: the selection rule, the selected epoch and candidate, its score,
+    the finalists' validation scores after the last epoch and their choice, seconds per
+    phase."""
 
     def fit_end(self, trainer: Any) -> None:
         if not trainer.is_main:
             return
         best = trainer.best
-        summary = {"best_epoch": best["epoch"], "best_candidate": best["candidate"],
+        summary = {"selection": trainer.cfg.selection,
+                   "best_epoch": best["epoch"], "best_candidate": best["candidate"],
                    "val_criterion": trainer.cfg.val_criterion, "val_score": best["score"],
+                   "finalists": trainer.final,
                    "seconds_per_epoch_by_phase": seconds_by_phase(trainer.history)}
         atomic_write_text(self.run_dir / "selection.json", json.dumps(summary, indent=2) + "\n")
 

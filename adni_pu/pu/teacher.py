@@ -2,32 +2,40 @@
 
 "ema" is the exponential moving average of Tarvainen & Valpola (decay ``min(1 - 1/(t+1),
 decay)``, so early steps are not dominated by the initial copy); "uniform" reproduces the
-published Self-PU code, whose "EMA" is an equal-weight average of all snapshots. BatchNorm
-running statistics are averaged the same way as the weights; integer buffers (the batch
-counter) are copied.
+published Self-PU code, whose "EMA" is an equal-weight average of all snapshots. With
+``bn="average"`` BatchNorm running statistics are averaged the same way as the weights and
+integer buffers (the batch counter) are copied; with ``bn="recompute"`` the BatchNorm buffers
+are left alone by the averaging and set by :func:`recompute_batchnorm` from the training
+inputs instead (stochastic weight averaging, Izmailov et al. 2018): the statistics of averaged
+weights are not the average of the statistics.
 """
 
 from __future__ import annotations
 
 import copy
-from typing import Literal
+from collections.abc import Iterable
+from typing import Any, Literal
 
 import torch
 from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
 
 
 class MeanTeacher:
     """A frozen copy of a student whose weights follow the student's by averaging."""
 
     def __init__(self, student: nn.Module, mode: Literal["ema", "uniform"] = "ema",
-                 decay: float = 0.999) -> None:
+                 decay: float = 0.999, bn: Literal["average", "recompute"] = "average") -> None:
         if mode not in ("ema", "uniform"):
             raise ValueError(f"teacher mode {mode!r}: expected 'ema' or 'uniform'")
+        if bn not in ("average", "recompute"):
+            raise ValueError(f"teacher BatchNorm {bn!r}: expected 'average' or 'recompute'")
         self.model = copy.deepcopy(student)
         for p in self.model.parameters():
             p.requires_grad_(False)
         self.mode = mode
         self.decay = decay
+        self.bn = bn
         self.steps = 0
 
     def rate(self) -> float:
@@ -41,8 +49,10 @@ class MeanTeacher:
         keep = self.rate()
         if not hasattr(self, "_pairs"):  # tensors to average, gathered once (fused updates)
             t_float, s_float, t_int, s_int = [], [], [], []
-            for t, s in [*zip(self.model.parameters(), student.parameters()),
-                         *zip(self.model.buffers(), student.buffers())]:
+            skip = batchnorm_buffers(self.model) if self.bn == "recompute" else set()
+            buffers = [(t, s) for (name, t), s in zip(self.model.named_buffers(),
+                                                      student.buffers()) if name not in skip]
+            for t, s in [*zip(self.model.parameters(), student.parameters()), *buffers]:
                 (t_float if t.dtype.is_floating_point else t_int).append(t)
                 (s_float if t.dtype.is_floating_point else s_int).append(s)
             self._pairs = (t_float, s_float, t_int, s_int)
@@ -59,6 +69,53 @@ class MeanTeacher:
     def load_state_dict(self, state: dict[str, object]) -> None:
         self.model.load_state_dict(state["model"])  # type: ignore[arg-type]
         self.steps = int(state["steps"])  # type: ignore[arg-type]
+
+
+def batchnorm_buffers(model: nn.Module) -> set[str]:
+    """The names of the BatchNorm running statistics (and batch counters) of ``model``."""
+    return {f"{prefix}.{name}" if prefix else name
+            for prefix, module in model.named_modules() if isinstance(module, _BatchNorm)
+            for name, _ in module.named_buffers(recurse=False)}
+
+
+@torch.no_grad()
+def recompute_batchnorm(model: nn.Module, batches: Iterable[Any]) -> None:
+    """Set every BatchNorm's running statistics to those of ``batches``, weights unchanged.
+
+    One forward pass with only the BatchNorm layers in training mode (dropout and the rest
+    stay in evaluation mode, so the pass is deterministic); each batch weighs by its size, so
+    the running mean is the mean over all examples and the running variance the size-weighted
+    mean of the batches' unbiased variances (exact for a single batch). Like
+    ``torch.optim.swa_utils.update_bn`` but without its per-batch equal weighting. The model
+    is left in evaluation mode.
+    """
+    norms = [m for m in model.modules() if isinstance(m, _BatchNorm) and m.track_running_stats]
+    if not norms:
+        return
+    momenta = [m.momentum for m in norms]
+    for m in norms:
+        m.reset_running_stats()
+    model.eval()
+    for m in norms:
+        m.train()
+    seen = 0
+    for xb in batches:
+        n = _batch_size(xb)
+        seen += n
+        for m in norms:
+            m.momentum = n / seen
+        model(xb)
+    for m, momentum in zip(norms, momenta):
+        m.momentum = momentum
+    model.eval()
+
+
+def _batch_size(x: Any) -> int:
+    """Examples in a batch: a tensor, or a dict/list/tuple holding tensors."""
+    if isinstance(x, torch.Tensor):
+        return len(x)
+    values = x.values() if isinstance(x, dict) else x
+    return next(len(v) for v in values if isinstance(v, torch.Tensor))
 
 
 def sigmoid_rampup(epoch: float, length: int) -> float:

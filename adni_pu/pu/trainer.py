@@ -14,10 +14,13 @@ Self-PU schedule (``config.selfpu``):
   consistency loss on hard examples and mean teachers (initialised from the students at the
   start of the phase, updated every optimiser step) add a teacher consistency loss.
 
-Model selection uses the validation split only. Every epoch writes a checkpoint; a run
-resumed from it gives the same result as one that was never interrupted (the random streams
-of an epoch are derived from the seed and the epoch number). ``fit(deadline=...)`` stops at
-an epoch boundary before a time limit (the piecewise benchmark runner uses it).
+Model selection uses the validation split only: ``selection = "best_epoch"`` keeps the best
+validation score over every epoch and candidate, ``"final"`` chooses among the finalists
+(:meth:`Trainer.finalists`) after the last epoch (docs/selfpu.md, "The final model").
+Every epoch writes a checkpoint; a run resumed from it gives the same result as one that was
+never interrupted (the random streams of an epoch are derived from the seed and the epoch
+number). ``fit(deadline=...)`` stops at an epoch boundary before a time limit (the piecewise
+benchmark runner uses it).
 
 Speed: tensor data sets (MNIST, CIFAR-10) live on the training device for the whole run and
 batches are gathered by index there; the per-batch layout (which rows are labelled, trusted,
@@ -48,7 +51,7 @@ from adni_pu.pu import calibration, checkpoint, losses, selfpu_loss
 from adni_pu.pu.config import TrainConfig
 from adni_pu.pu.metrics import binary_metrics, logit, roc_auc, sigmoid
 from adni_pu.pu.recorders import Recorder, run_folder_recorders
-from adni_pu.pu.teacher import MeanTeacher, teacher_consistency
+from adni_pu.pu.teacher import MeanTeacher, recompute_batchnorm, teacher_consistency
 from adni_pu.pu.trusted_set import (
     TrustedSet,
     band_positives,
@@ -248,6 +251,9 @@ class Trainer:
         self.history: list[dict[str, Any]] = []
         self.recorders = run_folder_recorders(self.run_dir) if recorders is None else recorders
         self.best: dict[str, Any] = {"score": None, "epoch": -1, "candidate": "", "state": None}
+        # The finalists' validation scores after the last epoch and the one they choose
+        # (under either selection rule): {"epoch", "choice", "val_scores"}; None before.
+        self.final: dict[str, Any] | None = None
         self.start_epoch = 0
         # The DistributedRun of multi-process (torchrun) training, passed in; None when single.
         if distributed is not None:
@@ -546,7 +552,8 @@ class Trainer:
         torch.manual_seed(self.cfg.seed * 100_003 + epoch)
         if phase == 3 and self.sp.teachers and self.students[0].teacher is None:
             for st in self.students:
-                st.teacher = MeanTeacher(st.model, self.sp.teacher_average, self.sp.ema_decay)
+                st.teacher = MeanTeacher(st.model, self.sp.teacher_average, self.sp.ema_decay,
+                                         self.sp.teacher_bn)
         n_train = len(self.data.train)
         memberships = [st.trusted.membership(n_train) for st in self.students]
         targets = [torch.from_numpy(t).to(self.device) for _, t in memberships]
@@ -623,17 +630,51 @@ class Trainer:
             out["pn_accuracy"] = binary_metrics(logits, val.truth)["accuracy"]
         return out
 
+    def finalists(self) -> list[str]:
+        """The models that compete under ``selection = "final"``: the candidates and, when
+        there are two, their average (only the teachers' average with ``final_model =
+        "average"``)."""
+        pool = list(self.candidates())
+        if len(pool) != 2:
+            return pool
+        if self.sp.final_model == "average" and pool[0].startswith("teacher"):
+            return ["average"]
+        return [*pool, "average"]
+
+    def finalist_models(self) -> dict[str, nn.Module]:
+        """The finalists as modules (the average as an :class:`~adni_pu.pu.checkpoint.
+        AveragedModel` of the live candidates), in evaluation mode; for diagnostics."""
+        pool = self.candidates()
+        out = {}
+        for name in self.finalists():
+            model = (checkpoint.AveragedModel(list(pool.values())) if name == "average"
+                     else pool[name])
+            out[name] = model.eval()
+        return out
+
     def evaluate_epoch(self, epoch: int) -> dict[str, Any]:
-        """Validation criteria of every model (and test accuracy, as a diagnostic only)."""
+        """Validation criteria of every model (and test accuracy, as a diagnostic only).
+
+        Updates the selection: under ``"best_epoch"`` when this epoch's choice beats the best
+        so far; under ``"final"`` after the last epoch, with the finalists' choice.
+        """
         row: dict[str, Any] = {}
         models = {st.name: st.model for st in self.students}
         models.update({st.name.replace("student", "teacher"): st.teacher.model
                        for st in self.students if st.teacher is not None})
         val_logits = {name: self.predict_logits(m, self.data.val) for name, m in models.items()}
+        final_rule = self.cfg.selection == "final"
+        last = epoch == self.cfg.epochs - 1
+        finalists = self.finalists()
         pool = list(self.candidates())
         if self.sp.final_model == "average" and len(pool) == 2 and pool[0].startswith("teacher"):
-            val_logits["average"] = _average_logits([val_logits[p] for p in pool])
             pool = ["average"]
+        if final_rule:
+            pool = finalists
+        average = (_average_logits([val_logits[p] for p in self.candidates()])
+                   if "average" in pool or (last and "average" in finalists) else None)
+        if "average" in pool:  # a column of metrics.csv only where it competes every epoch
+            val_logits["average"] = average
         for name, logits in val_logits.items():
             for key, value in self.val_scores(logits).items():
                 row[f"val/{name}/{key}"] = value
@@ -648,9 +689,19 @@ class Trainer:
         crit = self.cfg.val_criterion
         lower = LOWER_IS_BETTER[crit]
         scores = {p: row[f"val/{p}/{crit}"] for p in pool}
-        choice = (min if lower else max)(scores, key=lambda p: (scores[p], p))
+        choice = _choose(scores, lower)
         row["selected/candidate"] = choice
         row["selected/score"] = scores[choice]
+        if last:
+            final_scores = {p: row[f"val/{p}/{crit}"] if p in val_logits
+                            else self.val_scores(average)[crit] for p in finalists}
+            self.final = {"epoch": epoch, "choice": _choose(final_scores, lower),
+                          "val_scores": final_scores}
+        if final_rule:
+            if last:
+                self.best = {"score": scores[choice], "epoch": epoch, "candidate": choice,
+                             "state": self._candidate_state(choice)}
+            return row
         best = self.best["score"]
         score = scores[choice]
         if not math.isnan(score) and (best is None or (score < best if lower else score > best)):
@@ -659,9 +710,8 @@ class Trainer:
         return row
 
     def _candidate_state(self, name: str) -> dict[str, Any]:
-        if name == "average":
-            return {"average": [checkpoint.cpu_state(st.teacher.model) for st in self.students
-                                if st.teacher is not None]}
+        if name == "average":  # of the current candidates (the teachers once they exist)
+            return {"average": [checkpoint.cpu_state(m) for m in self.candidates().values()]}
         models = {st.name: st.model for st in self.students}
         models.update(self.candidates())
         return {"single": checkpoint.cpu_state(models[name])}
@@ -723,6 +773,7 @@ class Trainer:
             except _OutOfTime:
                 complete = False
                 break
+            self._recompute_teacher_batchnorm()
             t_train = time.perf_counter() - t0
             row.update({f"train/{k}": v for k, v in stats.items()})
             row.update(self.evaluate_epoch(epoch))
@@ -740,6 +791,22 @@ class Trainer:
                      f"{self.cfg.epochs}; fit again to continue from the checkpoint")
         return FitResult(self.best["epoch"], self.best["candidate"], self.best["score"] or
                          float("nan"), self.history, self.run_dir, complete)
+
+    def _recompute_teacher_batchnorm(self) -> None:
+        """With ``teacher_bn = "recompute"``: each teacher's BatchNorm statistics from one
+        pass over the training entries (D_P and D_U, as the epoch's batches hold them),
+        un-augmented (``eval_x`` where the split has one, so the pass is deterministic), so
+        evaluation, selection and the next epoch's consistency targets use them."""
+        teachers = [st.teacher for st in self.students if st.teacher is not None]
+        if self.sp.teacher_bn != "recompute" or not teachers:
+            return
+        train = self.data.train
+        x = train.eval_x if train.eval_x is not None else train.x
+        size = self.cfg.eval_batch_size if isinstance(x, torch.Tensor) else self.cfg.batch_size
+        chunks = [self.entry_base[i:i + size] for i in range(0, len(self.entry_base), size)]
+        for teacher in teachers:
+            with self.autocast():
+                recompute_batchnorm(teacher.model, self._iterate(x, chunks))
 
     def _fits(self, epoch: int, deadline: float) -> bool:
         """Whether the next epoch is expected to end before ``deadline``: the longest epoch
@@ -787,6 +854,12 @@ def _epoch_means(values: dict[str, list[Any]]) -> dict[str, float]:
             total += next(read) if isinstance(v, torch.Tensor) else float(v)
         means[key] = total / len(vals)
     return means
+
+
+def _choose(scores: dict[str, float], lower: bool) -> str:
+    """The best-scoring name (ties broken by name; a NaN score only when all are NaN)."""
+    finite = [p for p in scores if not math.isnan(scores[p])] or list(scores)
+    return (min if lower else max)(finite, key=lambda p: (scores[p], p))
 
 
 def _average_logits(logits: list[np.ndarray]) -> np.ndarray:

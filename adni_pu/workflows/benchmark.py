@@ -124,16 +124,36 @@ def run_seed(spec: BenchmarkSpec, seed: int, cache_dir: Path | None = None,
         "seed": seed,
         "config": cfgmod.to_dict(cfg),
         "data": data.info,
+        "selection": cfg.selection,
         "selected_epoch": fit.best_epoch,
         "selected_model": fit.best_candidate,
         "val_criterion": cfg.val_criterion,
         "val_score": fit.best_score,
         "test": metrics,
         "test_accuracy_test_selected": max(diag) if diag else None,
+        **_finalist_diagnostics(trainer, data.test),
         "seconds_per_epoch": _phase_seconds(fit.history),
     }
     fileio.atomic_write_text(result_path, json.dumps(result, indent=2) + "\n")
     return result
+
+
+def _finalist_diagnostics(trainer: Any, test: Any) -> dict[str, Any]:
+    """The finalists after the last epoch: the one validation chooses, their validation
+    scores and each one's test accuracy. Diagnostics only (the test split decides nothing):
+    under ``selection = "best_epoch"`` they give the "final" rule's number from the same run."""
+    from adni_pu.pu.metrics import binary_metrics
+
+    final = trainer.final or {}
+    accuracy = {name: binary_metrics(trainer.predict_logits(model, test), test.truth)["accuracy"]
+                for name, model in trainer.finalist_models().items()}
+    choice = final.get("choice")
+    return {
+        "finalist_choice_diagnostic": choice,
+        "finalists_val_score_diagnostic": final.get("val_scores"),
+        "test_accuracy_finalists_diagnostic": accuracy,
+        "test_accuracy_final_rule_diagnostic": accuracy.get(choice) if choice else None,
+    }
 
 
 def _phase_seconds(history: list[dict[str, Any]]) -> dict[str, float]:
@@ -150,6 +170,8 @@ def aggregate(spec: BenchmarkSpec, results: list[dict[str, Any]], command: str) 
     method = {
         "test_accuracy": pct([r["test"]["accuracy"] for r in results]),
         "test_accuracy_test_selected": pct([r["test_accuracy_test_selected"] for r in results]),
+        "test_accuracy_final_rule_diagnostic": pct(
+            [r.get("test_accuracy_final_rule_diagnostic") for r in results]),
         "test_balanced_accuracy": pct([r["test"]["balanced_accuracy"] for r in results]),
         "test_auc": pct([r["test"]["auc"] for r in results]),
         "test_f1": pct([r["test"]["f1"] for r in results]),
@@ -160,6 +182,7 @@ def aggregate(spec: BenchmarkSpec, results: list[dict[str, Any]], command: str) 
         },
         "selected_epochs": [r["selected_epoch"] for r in results],
         "selected_models": [r["selected_model"] for r in results],
+        "finalist_choices_diagnostic": [r.get("finalist_choice_diagnostic") for r in results],
     }
     first = results[0]["config"]
     data_name = DATA_NAMES[spec.dataset]
@@ -180,28 +203,36 @@ def aggregate(spec: BenchmarkSpec, results: list[dict[str, Any]], command: str) 
             "batch_size": first["batch_size"], "lr": first["lr"],
             "weight_decay": first["weight_decay"], "model": first["model"],
             "val_criterion": first["val_criterion"], "pn_validation": first["pn_validation"],
+            "selection": first.get("selection", "best_epoch"),
             "selfpu": first["selfpu"] if first["method"] == "selfpu" else None,
         },
         "versions": package_versions(),
         "results": {spec.label: method},
         "per_seed": [
-            {k: r[k] for k in ("seed", "selected_epoch", "selected_model", "val_score",
-                               "test", "test_accuracy_test_selected", "seconds_per_epoch")}
+            {k: r.get(k) for k in ("seed", "selected_epoch", "selected_model", "val_score",
+                                   "test", "test_accuracy_test_selected",
+                                   "finalist_choice_diagnostic", "finalists_val_score_diagnostic",
+                                   "test_accuracy_finalists_diagnostic",
+                                   "test_accuracy_final_rule_diagnostic", "seconds_per_epoch")}
             for r in results
         ],
     }
 
 
 def markdown_table(summary: dict[str, Any]) -> str:
-    """A one-row-per-method table: honest accuracy, test-selected accuracy, AUC, s/epoch."""
-    lines = ["| method | test accuracy % (val-selected) | test-selected % (diagnostic) | "
-             "AUC % | s/epoch by phase |", "|---|---|---|---|---|"]
+    """A one-row-per-method table: honest accuracy, the test accuracy of the finalist validation
+    chooses after the last epoch and the test-selected accuracy (both diagnostics), AUC,
+    s/epoch."""
+    lines = ["| method | test accuracy % (val-selected) | final-rule % (diagnostic) | "
+             "test-selected % (diagnostic) | AUC % | s/epoch by phase |",
+             "|---|---|---|---|---|---|"]
     for name, r in summary["results"].items():
-        def fmt(d: dict[str, float]) -> str:
-            return f"{d['mean']:.2f} ({d['std']:.2f})"
+        def fmt(d: dict[str, float] | None) -> str:
+            return "n/a" if not d or not d["n"] else f"{d['mean']:.2f} ({d['std']:.2f})"
 
         secs = ", ".join(f"{p}: {v['mean']:.1f}" for p, v in r["seconds_per_epoch"].items())
         lines.append(f"| {name} | {fmt(r['test_accuracy'])} | "
+                     f"{fmt(r.get('test_accuracy_final_rule_diagnostic'))} | "
                      f"{fmt(r['test_accuracy_test_selected'])} | {fmt(r['test_auc'])} | {secs} |")
     return "\n".join(lines) + "\n"
 
