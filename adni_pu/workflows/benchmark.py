@@ -131,6 +131,7 @@ def run_seed(spec: BenchmarkSpec, seed: int, cache_dir: Path | None = None,
         "test": metrics,
         "test_accuracy_test_selected": max(diag) if diag else None,
         "seconds_per_epoch": _phase_seconds(fit.history),
+        "nn_correction_share": _nn_share(fit.history),
     }
     fileio.atomic_write_text(result_path, json.dumps(result, indent=2) + "\n")
     return result
@@ -140,6 +141,14 @@ def _phase_seconds(history: list[dict[str, Any]]) -> dict[str, float]:
     from adni_pu.pu.recorders import seconds_by_phase
 
     return {k: v["mean"] for k, v in seconds_by_phase(history).items()}
+
+
+def _nn_share(history: list[dict[str, Any]]) -> float | None:
+    """Mean over epochs and models of the run's nn_correction shares (None: no correction)."""
+    from adni_pu.pu.recorders import nn_correction_summary
+
+    summary = nn_correction_summary(history)
+    return None if summary is None else summary["share"]
 
 
 def aggregate(spec: BenchmarkSpec, results: list[dict[str, Any]], command: str) -> dict[str, Any]:
@@ -187,6 +196,7 @@ def aggregate(spec: BenchmarkSpec, results: list[dict[str, Any]], command: str) 
         "per_seed": [
             {k: r[k] for k in ("seed", "selected_epoch", "selected_model", "val_score",
                                "test", "test_accuracy_test_selected", "seconds_per_epoch")}
+            | {"nn_correction_share": r.get("nn_correction_share")}
             for r in results
         ],
     }

@@ -246,6 +246,7 @@ def train_method(manifest: Path, method: str, run_dir: Path, settings: dict[str,
     import pandas as pd
 
     from adni_pu.pu.metrics import binary_metrics
+    from adni_pu.pu.recorders import nn_correction_summary
     from adni_pu.workflows.evaluate import evaluate_run
     from adni_pu.workflows.train import load_volume_config, train_volumes
 
@@ -257,13 +258,13 @@ def train_method(manifest: Path, method: str, run_dir: Path, settings: dict[str,
                            dtype={"subject_id": str})
     val = pd.read_csv(run_dir / "val_predictions.csv", dtype={"subject_id": str})
     val = val.groupby("subject_id").agg(logit=("logit", "mean"), truth=("truth", "first"))
-    history = pd.read_csv(run_dir / "metrics.csv")
-    fired = [c for c in history.columns if c.endswith("/nn_correction")]
+    fired = nn_correction_summary(fit.history)
     return {"best_epoch": fit.best_epoch + 1, "candidate": fit.best_candidate,
             "seconds": time.perf_counter() - tic,
             "val_auc": binary_metrics(val["logit"].to_numpy(), val["truth"].to_numpy())["auc"],
-            "nn_correction": float(history[fired].to_numpy().mean()) if fired else None,
-            "nn_correction_column": fired[0] if fired else None,
+            "nn_correction": fired["share"] if fired else None,
+            "nn_correction_column": fired["columns"][0] if fired else None,
+            "nn_correction_summary": fired,
             "predictions": subjects[["subject_id", "logit", "truth"]].to_dict("records")}
 
 
