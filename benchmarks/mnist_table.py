@@ -14,9 +14,10 @@ test-selected accuracy (a diagnostic: the test split chose the epoch), AUC, each
 (sample std) over seeds in percent, the number of seeds, the epochs, seconds per epoch by
 phase and, where the per-seed records carry it, the mean share of training batches where
 the nnPU correction fired. Paired differences of test accuracy on the seeds both methods
-ran (Self-PU minus nnPU, nnPU minus naive and every ``--pair A,B``) come with a 95 %
-t-interval over seeds: the results files hold no per-example test predictions, so a
-bootstrap over test examples is not possible from them.
+ran (Self-PU minus nnPU, nnPU minus naive and every ``--pair A,B``) come with a 95 % CI:
+a paired bootstrap over seeds and test examples (:func:`adni_pu.pu.metrics.paired_bootstrap`)
+when the per-seed records carry ``test_examples`` (per-example truth and correctness,
+written by the benchmark since issue 11), else a t-interval over seeds; the table says which.
 
 ``--ablation``: rows are presets, the schedule (epochs, warm-up end, self-paced end) is
 stated per row and every row must share it (refused otherwise; ``--allow-mixed-schedule``
@@ -39,6 +40,7 @@ sys.path.insert(0, str(REPO))
 METHOD_ORDER = ("naive", "upu", "nnpu", "selfpu")
 DEFAULT_PAIRS: tuple[tuple[str, str], ...] = (("selfpu", "nnpu"), ("nnpu", "naive"))
 SCHEDULE_KEYS = ("epochs", "warmup_epochs", "self_paced_end")
+DATA_KEYS = ("n_labelled", "scheme", "prior", "val_fraction", "train_limit", "test_limit")
 
 
 class TableError(ValueError):
@@ -50,6 +52,11 @@ def schedule(settings: dict[str, Any]) -> dict[str, int | None]:
     sp = settings.get("selfpu") or {}
     return {"epochs": settings.get("epochs"), "warmup_epochs": sp.get("warmup_epochs"),
             "self_paced_end": sp.get("self_paced_end")}
+
+
+def data_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """The PU data a run was trained and tested on (must match for a paired difference)."""
+    return {k: settings.get(k) for k in DATA_KEYS}
 
 
 def load_results(folder: Path) -> dict[str, dict[str, Any]]:
@@ -73,10 +80,13 @@ def load_results(folder: Path) -> dict[str, dict[str, Any]]:
             raise TableError(f"{path}: settings.method is {label!r} but results holds "
                              f"{sorted(data['results'])}")
         entry = out.setdefault(label, {"files": [], "schedule": schedule(data["settings"]),
+                                       "data": data_settings(data["settings"]),
                                        "seeds": {}, "seed_files": {}})
-        if schedule(data["settings"]) != entry["schedule"]:
-            raise TableError(f"{path}: schedule {schedule(data['settings'])} of {label!r} "
-                             f"differs from {entry['schedule']} in {entry['files'][0]}")
+        for what, value in (("schedule", schedule(data["settings"])),
+                            ("data", data_settings(data["settings"]))):
+            if value != entry[what]:
+                raise TableError(f"{path}: {what} {value} of {label!r} differs from "
+                                 f"{entry[what]} in {entry['files'][0]}")
         entry["files"].append(str(path))
         for record in data["per_seed"]:
             seed = record["seed"]
@@ -115,28 +125,68 @@ def method_row(entry: dict[str, Any]) -> dict[str, Any]:
 
 
 def paired_difference(entries: dict[str, dict[str, Any]], a: str, b: str,
-                      level: float = 0.95) -> dict[str, Any]:
-    """Test accuracy of ``a`` minus ``b`` (percentage points) on the seeds both ran, with a
-    t-interval over those seeds (nan with fewer than two)."""
+                      n_boot: int = 1000, level: float = 0.95) -> dict[str, Any]:
+    """Test accuracy of ``a`` minus ``b`` (percentage points) on the seeds both ran.
+
+    95 % CI by a paired bootstrap over seeds and test examples when every seed's record of
+    both carries its per-example results (``test_examples``), otherwise a t-interval over
+    the seeds (nan with fewer than two).
+    """
     from scipy.stats import t
 
     for name in (a, b):
         if name not in entries:
             raise TableError(f"--pair {a},{b}: no results for {name!r}; found {sorted(entries)}")
+    if entries[a]["data"] != entries[b]["data"]:
+        raise TableError(f"{entries[a]['files'][0]}: data settings {entries[a]['data']} differ "
+                         f"from {entries[b]['data']} of {b!r} ({entries[b]['files'][0]}); "
+                         "a paired difference needs the same PU data")
     seeds = sorted(set(entries[a]["seeds"]) & set(entries[b]["seeds"]))
     diffs = [100.0 * (entries[a]["seeds"][s]["test"]["accuracy"]
                       - entries[b]["seeds"][s]["test"]["accuracy"]) for s in seeds]
     n = len(diffs)
+    out = {"pair": f"{a} - {b}", "metric": "test accuracy, percentage points", "level": level,
+           "seeds": seeds, "n_seeds": n, "per_seed": dict(zip(seeds, diffs))}
+    correct = _correct_per_seed(entries, a, b, seeds)
+    if correct is not None and n:
+        from adni_pu.pu.metrics import paired_bootstrap
+
+        def diff(picks: list[tuple[int, Any]]) -> float:
+            return 100.0 * sum(float(correct[g][0][i].mean() - correct[g][1][i].mean())
+                               for g, i in picks) / len(picks)
+
+        boot = paired_bootstrap([len(c[0]) for c in correct], diff, n_boot, 0, level)
+        return {**out, **boot, "n_examples": sum(len(c[0]) for c in correct),
+                "interval": f"paired bootstrap over seeds and test examples ({n_boot} "
+                            "resamples)"}
     mean = sum(diffs) / n if n else float("nan")
     if n > 1:
         sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))
         half = float(t.ppf((1 + level) / 2, n - 1)) * sd / math.sqrt(n)
     else:
         half = float("nan")
-    return {"pair": f"{a} - {b}", "metric": "test accuracy, percentage points",
-            "value": mean, "ci_low": mean - half, "ci_high": mean + half, "level": level,
-            "seeds": seeds, "n_seeds": n, "per_seed": dict(zip(seeds, diffs)),
-            "interval": "t-interval over seeds"}
+    return {**out, "value": mean, "ci_low": mean - half, "ci_high": mean + half,
+            "interval": "t-interval over seeds (no per-example test results in the files)"}
+
+
+def _correct_per_seed(entries: dict[str, dict[str, Any]], a: str, b: str, seeds: list[int]
+                      ) -> list[tuple[Any, Any]] | None:
+    """Per seed, whether ``a`` and ``b`` were right on each test example (None when a record
+    lacks them); refuses seeds whose two runs were tested on different examples."""
+    from adni_pu.workflows.benchmark import unpack_bits
+
+    out = []
+    for seed in seeds:
+        ra, rb = entries[a]["seeds"][seed], entries[b]["seeds"][seed]
+        ea, eb = ra.get("test_examples"), rb.get("test_examples")
+        if not ea or not eb:
+            return None
+        if ea["n"] != eb["n"] or ea["truth"] != eb["truth"]:
+            raise TableError(f"{entries[a]['seed_files'][seed]}: seed {seed}: {a!r} and {b!r} "
+                             f"({entries[b]['seed_files'][seed]}) were tested on different "
+                             "test examples (test_examples.truth differs)")
+        out.append((unpack_bits(ea["correct"], ea["n"]), unpack_bits(eb["correct"], eb["n"])))
+    return out
 
 
 def check_schedules(rows: dict[str, dict[str, Any]], allow_mixed: bool) -> dict[str, Any]:
@@ -203,8 +253,8 @@ def render(rows: dict[str, dict[str, Any]], paired: list[dict[str, Any]], ablati
                   + ", ".join(f"{k} {v}" for k, v in check["schedule"].items()) + "."]
     if paired:
         lines += ["", "Paired differences of test accuracy (validation-selected) on the seeds "
-                  "both ran, percentage points, 95 % t-interval over seeds (the results files "
-                  "hold no per-example predictions, so no bootstrap over test examples):", "",
+                  "both ran, percentage points, with a 95 % CI (how it was computed: last "
+                  "column):", "",
                   "| difference | mean [95 % CI] | seeds | interval |", "|---|---|---|---|"]
         for d in paired:
             lines.append(f"| {d['pair']} | {_num(d['value'])} [{_num(d['ci_low'])}, "

@@ -7,6 +7,7 @@ import importlib.util
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "mnist_table.py"
@@ -21,12 +22,13 @@ def table():
 
 
 def _write(folder: Path, method: str, seeds: dict[int, float], epochs: int = 20,
-           selfpu: dict | None = None, share: float | None = None, name: str | None = None
-           ) -> Path:
+           selfpu: dict | None = None, share: float | None = None, name: str | None = None,
+           examples: dict[int, dict] | None = None) -> Path:
     """A results file as `adni-pu benchmark ... --results-json` writes it (the fields read)."""
     per_seed = [{"seed": s, "test": {"accuracy": acc, "auc": acc + 0.05},
                  "test_accuracy_test_selected": acc + 0.01,
-                 "seconds_per_epoch": {"phase1": 2.0 + s}, "nn_correction_share": share}
+                 "seconds_per_epoch": {"phase1": 2.0 + s}, "nn_correction_share": share,
+                 "test_examples": (examples or {}).get(s)}
                 for s, acc in seeds.items()]
     data = {"settings": {"method": method, "epochs": epochs, "selfpu": selfpu},
             "results": {method: {}}, "per_seed": per_seed}
@@ -105,6 +107,46 @@ def test_bad_files_are_one_line_errors(table, tmp_path):
     (runs / "b.json").write_text(json.dumps({"settings": {"method": "x"}, "results": {}}))
     with pytest.raises(table.TableError, match="b.json: field 'per_seed' missing"):
         table.build(runs, [])
+    _write(runs, "naive", {0: 0.5}, name="b")
+    data = json.loads((runs / "b.json").read_text())
+    data["settings"]["n_labelled"] = 100
+    (runs / "b.json").write_text(json.dumps(data))
+    with pytest.raises(table.TableError, match=r"a.json: data settings .* differ from .*'naive'"):
+        table.build(runs, [("nnpu", "naive")])
     (runs / "b.json").unlink()
     with pytest.raises(table.TableError, match="--pair nnpu,upu: no results for 'upu'"):
         table.build(runs, [("nnpu", "upu")])
+
+
+def test_per_example_results_give_a_paired_bootstrap_over_seeds_and_examples(table, tmp_path):
+    from adni_pu.workflows.benchmark import test_examples, unpack_bits
+
+    rng = np.random.default_rng(0)
+    truth = {s: rng.integers(0, 2, 400).astype(float) for s in (0, 1)}
+    logits = {m: {} for m in ("nnpu", "selfpu")}
+    for s in (0, 1):  # nnpu right on 80 % of the examples, selfpu on those and 5 % more
+        right = np.arange(400) < 320 + 40 * s
+        sign = np.where(truth[s] == 1, 1.0, -1.0)
+        logits["nnpu"][s] = np.where(right, sign, -sign)
+        logits["selfpu"][s] = np.where(right | (np.arange(400) >= 380), sign, -sign)
+    record = test_examples(logits["nnpu"][0], truth[0])
+    assert record["n"] == 400 and unpack_bits(record["truth"], 400).tolist() == (
+        truth[0] == 1).tolist()
+    assert unpack_bits(record["correct"], 400).sum() == 320
+    runs = tmp_path / "pb"
+    runs.mkdir()
+    for m in ("nnpu", "selfpu"):
+        acc = {s: float(((logits[m][s] > 0) == (truth[s] == 1)).mean()) for s in (0, 1)}
+        _write(runs, m, acc, examples={s: test_examples(logits[m][s], truth[s]) for s in (0, 1)})
+    text, record = table.build(runs, [])
+    (d,) = record["paired"]
+    assert d["value"] == pytest.approx(100 * (20 / 400 + 20 / 400) / 2)  # 5.0 points
+    assert d["interval"].startswith("paired bootstrap over seeds and test examples")
+    assert d["n_examples"] == 800 and d["ci_low"] < 5.0 < d["ci_high"] and d["ci_low"] > 2.0
+    assert d["share_a_better"] == 1.0
+    assert "| selfpu - nnpu | +5.00 [" in text and "paired bootstrap" in text
+    other = rng.integers(0, 2, 400).astype(float)  # nnpu's seed 1 on other examples
+    _write(runs, "nnpu", {0: 0.8, 1: 0.9}, examples={
+        0: test_examples(logits["nnpu"][0], truth[0]), 1: test_examples(logits["nnpu"][1], other)})
+    with pytest.raises(table.TableError, match="seed 1: 'selfpu' and 'nnpu' .* different test"):
+        table.build(runs, [])
