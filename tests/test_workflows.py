@@ -102,6 +102,15 @@ def test_evaluate_report_says_how_often_the_nnpu_correction_fired(runs):
     assert "## nnPU correction" in report and "by phase: phase1" in report
 
 
+def test_evaluate_report_without_metrics_csv_says_not_recorded(runs, tmp_path):
+    run = tmp_path / "selfpu"
+    shutil.copytree(runs["root"] / "selfpu", run)
+    (run / "metrics.csv").unlink()
+    assert evaluate_run(run, "test", n_boot=0)["nn_correction"] == {"recorded": False}
+    report = (run / "evaluation" / "test" / "report.md").read_text()
+    assert "## nnPU correction\n\nNot recorded: the run folder has no metrics.csv." in report
+
+
 def test_leakage_guard_refuses_training_and_validation_subjects(runs, tmp_path):
     with pytest.raises(LeakageError, match="110_S_0010") as info:  # a validation subject
         evaluate_run(runs["root"] / "naive", "val", n_boot=10)

@@ -311,7 +311,18 @@ def pool_method(folds: list[dict[str, Any]], n_boot: int) -> dict[str, Any]:
             "val_auc": float(np.mean(val)) if val else float("nan"),
             "nn_correction": float(np.mean(shares)) if shares else None,
             "nn_correction_column": folds[0]["nn_correction_column"],
+            "nn_correction_by_phase": _pooled_phases(folds),
             "predictions": preds.to_dict("records")}
+
+
+def _pooled_phases(folds: list[dict[str, Any]]) -> dict[str, float] | None:
+    """Mean over folds of each phase's nn_correction share (None without a correction)."""
+    summaries = [f["nn_correction_summary"] for f in folds if f.get("nn_correction_summary")]
+    if not summaries:
+        return None
+    phases = sorted({p for s in summaries for p in s["by_phase"]})
+    return {p: sum(s["by_phase"][p] for s in summaries if p in s["by_phase"])
+            / sum(p in s["by_phase"] for s in summaries) for p in phases}
 
 
 def run_demo(settings: DemoSettings, log: Callable[[str], None] = print) -> Path:
