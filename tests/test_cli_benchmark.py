@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import subprocess
 import sys
@@ -11,6 +12,7 @@ from conftest import shared_path
 from typer.testing import CliRunner
 
 from adni_pu.cli.app import app
+from adni_pu.workflows.benchmark import unpack_bits
 
 runner = CliRunner()
 
@@ -89,6 +91,13 @@ def test_mnist_nnpu_three_epochs_writes_results_json(tmp_path):
     assert row["test_accuracy_test_selected"]["mean"] >= row["test_accuracy"]["mean"] - 1e-9
     assert summary["settings"]["epochs"] == 3
     assert (out / "seed0" / "metrics.csv").is_file()
+    seed = summary["per_seed"][0]
+    shares = [float(r["train/model/nn_correction"])
+              for r in csv.DictReader((out / "seed0" / "metrics.csv").open())]
+    assert seed["nn_correction_share"] == pytest.approx(sum(shares) / 3)
+    examples = seed["test_examples"]
+    correct = unpack_bits(examples["correct"], examples["n"])
+    assert examples["n"] == seed["test"]["n"] and correct.mean() == seed["test"]["accuracy"]
     # a finished seed is not trained again
     again = runner.invoke(app, [
         "benchmark", "mnist", "--method", "nnpu", "--seeds", "1", "--epochs", "3",

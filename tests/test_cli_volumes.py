@@ -35,6 +35,8 @@ def trained(app, tmp_path_factory):
 
 def test_train_writes_run_and_rerun_resumes(app, trained):
     assert "selected:" in trained["output"]
+    assert "nnPU correction: The non-negative correction fired in " in trained["output"]
+    assert "over 2 epochs" in trained["output"]
     cfg = (trained["run"] / "volume_config.toml").read_text()
     assert 'preset = "nnpu"' in cfg and 'method = "nnpu"' in cfg
     # rerunning with the resolved settings file resumes (nothing left to train)
@@ -42,6 +44,7 @@ def test_train_writes_run_and_rerun_resumes(app, trained):
             "--config", str(trained["run"] / "volume_config.toml")]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
+    assert "nnPU correction: The non-negative correction fired in " in result.output
 
 
 def test_evaluate_prints_table_with_cis(app, trained):
@@ -49,6 +52,7 @@ def test_evaluate_prints_table_with_cis(app, trained):
                                       "--bootstrap", "100"])
     assert result.exit_code == 0, result.output
     assert "balanced_accuracy" in result.output and "[" in result.output
+    assert "nnPU correction: The non-negative correction fired in " in result.output
     metrics = json.loads((trained["run"] / "evaluation" / "test" / "metrics.json").read_text())
     assert metrics["n_subjects_unknown_truth"] == 1
 

@@ -49,6 +49,11 @@ def test_reduced_demo_runs_end_to_end_and_resumes(tmp_path):
             set(manifest.subject_id))
         assert 0.0 <= r["pooled"]["metrics"]["accuracy"]["value"] <= 1.0
     assert record["results"]["nnpu"]["nn_correction"] is not None
+    assert list(record["results"]["nnpu"]["nn_correction_by_phase"]) == ["phase1"]
+    assert record["results"]["naive"]["nn_correction_by_phase"] is None
+    fold = record["results"]["selfpu"]["folds"][0]["nn_correction_summary"]
+    assert fold["epochs"] == 2 and fold["share"] == record["results"]["selfpu"]["folds"][0][
+        "nn_correction"]
 
     # a second call resumes: nothing is generated or preprocessed again
     again = CliRunner().invoke(app, [*args[:-6], "--methods", "nnpu", "--threads", "1",

@@ -123,6 +123,7 @@ def test_report_explains_coinciding_methods_and_a_correction_that_never_fired():
                "nnpu": _result(same, truth, 0.0, "train/model/nn_correction"),
                "selfpu": _result([3.0, -1.0, -1.5, -2.0, 0.5, 0.2, 0.0], truth, 0.25,
                                  "train/student1/nn_correction")}
+    results["selfpu"]["nn_correction_by_phase"] = {"phase1": 0.1, "phase2": 0.4}
     assert coinciding(results) == [(["upu", "nnpu"], "predictions")]
     refs = {"logistic regression on 2 volumes": _result(same, truth)}
     settings = DemoSettings(subjects=24, folds=2)
@@ -131,6 +132,7 @@ def test_report_explains_coinciding_methods_and_a_correction_that_never_fired():
     assert "nnpu's non-negative correction never fired" in text
     assert "`train/model/nn_correction`" in text
     assert "selfpu's non-negative correction (of its nnPU risk) fired in 25.0 %" in text
+    assert "metrics.csv; by phase: phase1 10.0 %, phase2 40.0 %)" in text
     assert "6 subjects with a known truth (3 amyloid-positive), 1 without" in text
     assert "**Threshold.**" not in text
     everyone = {"naive": _result([1.0, 1.0, 2.0, 0.5, 3.0, 0.2, 0.0], truth)}

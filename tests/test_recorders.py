@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from conftest import tiny_config
 
-from adni_pu.pu.recorders import Recorder, run_folder_recorders
+from adni_pu.pu.recorders import (
+    Recorder,
+    nn_correction_summary,
+    nn_correction_text,
+    read_metrics_csv,
+    run_folder_recorders,
+    write_metrics_csv,
+)
 from adni_pu.pu.trainer import Trainer
 
 
@@ -51,3 +59,38 @@ def test_the_standard_recorders_write_the_run_folder(tiny_pu, tmp_path):
                  "checkpoints/last.pt", "best_model.pt", "selection.json", "curves.png"):
         assert (run / name).is_file(), name
     assert [type(r).__name__ for r in run_folder_recorders(None)] == ["EpochLog"]
+
+
+def test_nn_correction_summary_reads_shares_per_phase_from_history_or_csv(tmp_path):
+    history = [
+        {"epoch": 0, "phase": 1, "train/student1/nn_correction": 0.0,
+         "train/student2/nn_correction": 0.2},
+        {"epoch": 1, "phase": 2, "train/student1/nn_correction": 0.5,
+         "train/student2/nn_correction": 0.3},
+        {"epoch": 2, "phase": 3, "train/student1/nn_correction": 1.0,
+         "train/student2/nn_correction": 0.8},
+    ]
+    summary = nn_correction_summary(history)
+    assert summary["share"] == pytest.approx((0.1 + 0.4 + 0.9) / 3)
+    assert summary["by_phase"] == pytest.approx({"phase1": 0.1, "phase2": 0.4, "phase3": 0.9})
+    assert summary["first_epoch"] == pytest.approx(0.1)
+    assert summary["last_epoch"] == pytest.approx(0.9)
+    assert summary["columns"] == ["train/student1/nn_correction", "train/student2/nn_correction"]
+    write_metrics_csv(history, tmp_path / "metrics.csv")  # strings from the file: same numbers
+    assert nn_correction_summary(read_metrics_csv(tmp_path / "metrics.csv")) == summary
+    text = nn_correction_text(summary)
+    assert "fired in 46.7 % of training batches over 3 epochs" in text
+    assert "first epoch 10.0 %, last epoch 90.0 %" in text
+    assert "by phase: phase1 10.0 %, phase2 40.0 %, phase3 90.0 %" in text
+    assert "overfitting the unlabelled set" in text
+
+
+def test_nn_correction_that_never_fired_or_does_not_exist_is_said_so():
+    never = nn_correction_summary([{"phase": 1, "train/model/nn_correction": 0.0},
+                                   {"phase": 1, "train/model/nn_correction": 0.0}])
+    assert never["share"] == 0.0 and never["by_phase"] == {"phase1": 0.0}
+    text = nn_correction_text(never)
+    assert "never fired" in text and "uPU" in text and "by phase" not in text
+    naive = nn_correction_summary([{"phase": 1, "train/model/loss": 0.3}])
+    assert naive is None
+    assert nn_correction_text(naive).startswith("Not applicable")

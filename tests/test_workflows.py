@@ -85,7 +85,30 @@ def test_evaluate_reports_bootstrap_cis_and_counts(runs):
                  "roc.png", "report.md"):
         assert (out / name).is_file(), name
     assert len(pd.read_csv(out / "predictions_subjects.csv")) == 5
-    assert "balanced accuracy" in (out / "report.md").read_text()
+    report = (out / "report.md").read_text()
+    assert "balanced accuracy" in report
+    assert "## nnPU correction\n\nNot applicable: this run's loss has no non-negative" in report
+    assert result["nn_correction"] is None
+
+
+def test_evaluate_report_says_how_often_the_nnpu_correction_fired(runs):
+    result = evaluate_run(runs["root"] / "selfpu", "test", n_boot=10)
+    summary = result["nn_correction"]
+    assert summary["epochs"] == 3 and set(summary["by_phase"]) == {"phase1", "phase2", "phase3"}
+    shares = [row["train/student1/nn_correction"] for row in runs["selfpu"].history]
+    assert summary["first_epoch"] == pytest.approx(
+        (shares[0] + runs["selfpu"].history[0]["train/student2/nn_correction"]) / 2)
+    report = (runs["root"] / "selfpu" / "evaluation" / "test" / "report.md").read_text()
+    assert "## nnPU correction" in report and "by phase: phase1" in report
+
+
+def test_evaluate_report_without_metrics_csv_says_not_recorded(runs, tmp_path):
+    run = tmp_path / "selfpu"
+    shutil.copytree(runs["root"] / "selfpu", run)
+    (run / "metrics.csv").unlink()
+    assert evaluate_run(run, "test", n_boot=0)["nn_correction"] == {"recorded": False}
+    report = (run / "evaluation" / "test" / "report.md").read_text()
+    assert "## nnPU correction\n\nNot recorded: the run folder has no metrics.csv." in report
 
 
 def test_leakage_guard_refuses_training_and_validation_subjects(runs, tmp_path):

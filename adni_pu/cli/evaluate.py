@@ -33,6 +33,10 @@ def evaluate(
     for m in METRICS:
         typer.echo(f"{m:20s} {format_ci(result['scan_level'][m]):28s} "
                    f"{format_ci(result['subject_level'][m])}")
+    from adni_pu.pu.recorders import nn_correction_text
+
+    if result["nn_correction"] != {"recorded": False}:
+        typer.echo(f"nnPU correction: {nn_correction_text(result['nn_correction'])}")
     typer.echo(f"report: {result['files']['report']}")
 
 

@@ -44,6 +44,9 @@ def train(
         return
     typer.echo(f"selected: {fit.best_candidate} after epoch {fit.best_epoch + 1} "
                f"({cfg.train.val_criterion} {fit.best_score:.4f})")
+    from adni_pu.pu.recorders import nn_correction_summary, nn_correction_text
+
+    typer.echo(f"nnPU correction: {nn_correction_text(nn_correction_summary(fit.history))}")
     typer.echo(f"run folder: {out}")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -116,6 +117,32 @@ def bootstrap_ci(
             "ci_high": float(np.percentile(arr, hi)) if arr.size else float("nan"),
         }
     return out
+
+
+def paired_bootstrap(sizes: list[int], statistic: Callable[[list[tuple[int, np.ndarray]]], float],
+                     n_boot: int = 1000, seed: int = 0, level: float = 0.95
+                     ) -> dict[str, float]:
+    """Percentile CI of a paired statistic by a two-level bootstrap: groups (seeds), then
+    members (subjects, test examples) within each drawn group.
+
+    ``sizes``: members per group. ``statistic`` gets ``[(group, member indices), ...]``, one
+    pair per drawn group, and computes both methods' numbers on the same draw (paired);
+    the point value is the statistic on every group with all its members. Resamples whose
+    statistic is nan (e.g. one class only) are left out. Returns ``value, ci_low, ci_high``
+    and the share of resamples above 0.
+    """
+    rng = np.random.default_rng(seed)
+    samples = []
+    for _ in range(n_boot):
+        drawn = rng.integers(0, len(sizes), len(sizes))
+        samples.append(statistic([(int(g), rng.integers(0, sizes[g], sizes[g])) for g in drawn]))
+    arr = np.asarray(samples, dtype=np.float64)
+    arr = arr[~np.isnan(arr)]
+    lo, hi = (1 - level) / 2 * 100, (1 + level) / 2 * 100
+    return {"value": float(statistic([(g, np.arange(n)) for g, n in enumerate(sizes)])),
+            "ci_low": float(np.percentile(arr, lo)) if arr.size else float("nan"),
+            "ci_high": float(np.percentile(arr, hi)) if arr.size else float("nan"),
+            "share_a_better": float((arr > 0).mean()) if arr.size else float("nan")}
 
 
 def summarise(values: list[float]) -> dict[str, float]:

@@ -184,3 +184,72 @@ def write_metrics_csv(history: list[dict[str, Any]], path: Path) -> None:
     writer.writeheader()
     writer.writerows(history)
     atomic_write_text(path, buffer.getvalue())
+
+
+NN_CORRECTION_SUFFIX = "/nn_correction"
+
+
+def read_metrics_csv(path: Path) -> list[dict[str, Any]]:
+    """The rows of a run's ``metrics.csv`` (values as written: strings; empty for missing)."""
+    with Path(path).open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def nn_correction_summary(history: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Share of training batches where Kiryo's non-negative correction fired, from a history.
+
+    ``history``: ``trainer.history`` or :func:`read_metrics_csv` rows; each epoch's
+    ``train/<model>/nn_correction`` value is that epoch's share of batches. Returns the share
+    over the whole run (mean over epochs and models: every epoch has the same number of
+    batches), per phase, in the first and the last epoch, and the columns read; None when the
+    loss has no correction (naive, uPU: no such column). Used by the evaluation report, the
+    train command, the demo and the benchmark records.
+    """
+    columns = sorted({k for row in history for k in row if k.endswith(NN_CORRECTION_SUFFIX)})
+    if not columns:
+        return None
+    per_epoch: list[tuple[int, float]] = []
+    for row in history:
+        values = [_number(row.get(c)) for c in columns]
+        values = [v for v in values if not math.isnan(v)]
+        if values:
+            per_epoch.append((int(_number(row.get("phase", 1))), float(np.mean(values))))
+    if not per_epoch:
+        return None
+    shares = [s for _, s in per_epoch]
+    by_phase = {f"phase{p}": float(np.mean([s for q, s in per_epoch if q == p]))
+                for p in sorted({p for p, _ in per_epoch})}
+    return {"share": float(np.mean(shares)), "by_phase": by_phase, "first_epoch": shares[0],
+            "last_epoch": shares[-1], "epochs": len(shares), "columns": columns}
+
+
+def nn_correction_text(summary: dict[str, Any] | None) -> str:
+    """One paragraph on :func:`nn_correction_summary`: the shares and what they mean."""
+    if summary is None:
+        return ("Not applicable: this run's loss has no non-negative correction (naive PN or "
+                "uPU; no `train/<model>/nn_correction` column in metrics.csv).")
+
+    def pct(v: float) -> str:
+        return f"{100 * v:.1f} %"
+
+    text = (f"The non-negative correction fired in {pct(summary['share'])} of training "
+            f"batches over {summary['epochs']} epochs (first epoch {pct(summary['first_epoch'])}"
+            f", last epoch {pct(summary['last_epoch'])}")
+    if len(summary["by_phase"]) > 1:
+        text += "; by phase: " + ", ".join(f"{p} {pct(v)}" for p, v in summary["by_phase"].items())
+    text += f"; columns {', '.join(f'`{c}`' for c in summary['columns'])} of metrics.csv). "
+    if summary["share"] == 0.0:
+        return text + ("It never fired: the estimated negative risk never went below zero, so "
+                       "the nnPU risk equalled the uPU risk throughout (uPU and nnPU with equal "
+                       "settings give the same model).")
+    return text + ("It fires when the estimated negative risk of a batch goes below zero; a "
+                   "high share late in training means that happened often, i.e. the model was "
+                   "overfitting the unlabelled set (fitting it as negatives), which the "
+                   "correction then pushes back.")
+
+
+def _number(value: Any) -> float:
+    """A metrics value as a float (nan for empty or missing cells)."""
+    if value is None or value == "":
+        return float("nan")
+    return float(value)

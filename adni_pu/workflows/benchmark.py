@@ -118,7 +118,7 @@ def run_seed(spec: BenchmarkSpec, seed: int, cache_dir: Path | None = None,
     fit = trainer.fit(deadline, finish_first_epoch)
     if not fit.complete:
         return None
-    metrics, _ = trainer.evaluate_split(data.test)
+    metrics, logits = trainer.evaluate_split(data.test)
     diag = [v for row in fit.history for k, v in row.items() if k.startswith("test_diagnostic/")]
     result = {
         "seed": seed,
@@ -133,6 +133,8 @@ def run_seed(spec: BenchmarkSpec, seed: int, cache_dir: Path | None = None,
         "test_accuracy_test_selected": max(diag) if diag else None,
         **_finalist_diagnostics(trainer, data.test),
         "seconds_per_epoch": _phase_seconds(fit.history),
+        "nn_correction_share": _nn_share(fit.history),
+        "test_examples": test_examples(logits, data.test.truth),
     }
     fileio.atomic_write_text(result_path, json.dumps(result, indent=2) + "\n")
     return result
@@ -160,6 +162,44 @@ def _phase_seconds(history: list[dict[str, Any]]) -> dict[str, float]:
     from adni_pu.pu.recorders import seconds_by_phase
 
     return {k: v["mean"] for k, v in seconds_by_phase(history).items()}
+
+
+def _nn_share(history: list[dict[str, Any]]) -> float | None:
+    """Mean over epochs and models of the run's nn_correction shares (None: no correction)."""
+    from adni_pu.pu.recorders import nn_correction_summary
+
+    summary = nn_correction_summary(history)
+    return None if summary is None else summary["share"]
+
+
+def test_examples(logits: Any, truth: Any) -> dict[str, Any]:
+    """Per-example test results, compact enough for a committed results file: the truth and
+    whether the selected model was right (logit > 0), bit-packed and base64-encoded, so
+    tables can bootstrap over test examples (benchmarks/mnist_table.py)."""
+    import numpy as np
+
+    truth = np.asarray(truth, dtype=np.float64)
+    correct = (np.asarray(logits, dtype=np.float64) > 0) == (truth == 1)
+    return {"n": int(truth.size), "encoding": "numpy packbits, base64",
+            "truth": pack_bits(truth == 1), "correct": pack_bits(correct)}
+
+
+def pack_bits(flags: Any) -> str:
+    """Booleans as packed bits in base64 (:func:`unpack_bits` reverses it)."""
+    import base64
+
+    import numpy as np
+
+    return base64.b64encode(np.packbits(np.asarray(flags, dtype=bool)).tobytes()).decode()
+
+
+def unpack_bits(text: str, n: int) -> Any:
+    """The ``n`` booleans of :func:`pack_bits`."""
+    import base64
+
+    import numpy as np
+
+    return np.unpackbits(np.frombuffer(base64.b64decode(text), np.uint8))[:n].astype(bool)
 
 
 def aggregate(spec: BenchmarkSpec, results: list[dict[str, Any]], command: str) -> dict[str, Any]:
@@ -213,7 +253,8 @@ def aggregate(spec: BenchmarkSpec, results: list[dict[str, Any]], command: str) 
                                    "test", "test_accuracy_test_selected",
                                    "finalist_choice_diagnostic", "finalists_val_score_diagnostic",
                                    "test_accuracy_finalists_diagnostic",
-                                   "test_accuracy_final_rule_diagnostic", "seconds_per_epoch")}
+                                   "test_accuracy_final_rule_diagnostic", "seconds_per_epoch",
+                                   "nn_correction_share", "test_examples")}
             for r in results
         ],
     }

@@ -177,7 +177,7 @@ def paired_difference(a: Any, b: Any, n_boot: int = 1000, seed: int = 0,
     the mean over seeds of the per-seed AUC difference. Returns ``value, ci_low, ci_high``,
     the share of resamples where ``a`` is better, and the counts.
     """
-    from adni_pu.pu.metrics import binary_metrics
+    from adni_pu.pu.metrics import binary_metrics, paired_bootstrap
 
     keys = ["seed", "subject_id"]
     a = a.assign(seed=a.get("seed", 0))
@@ -188,26 +188,17 @@ def paired_difference(a: Any, b: Any, n_boot: int = 1000, seed: int = 0,
         odd = both.loc[both["_merge"] != "both", "subject_id"].iloc[0]
         raise ValueError(f"paired difference: subject {odd} is scored by one method only")
     both = both[both["truth"].notna()]
-    groups = [g for _, g in both.groupby("seed", sort=True)]
+    groups = [(g["logit_a"].to_numpy(float), g["logit_b"].to_numpy(float),
+               g["truth"].to_numpy(float)) for _, g in both.groupby("seed", sort=True)]
 
-    def diff(parts: list[Any]) -> float:
-        values = [binary_metrics(p["logit_a"].to_numpy(float), p["truth"].to_numpy(float))["auc"]
-                  - binary_metrics(p["logit_b"].to_numpy(float), p["truth"].to_numpy(float))["auc"]
-                  for p in parts]
+    def diff(picks: list[tuple[int, np.ndarray]]) -> float:
+        values = []
+        for g, idx in picks:
+            la, lb, truth = (arr[idx] for arr in groups[g])
+            values.append(binary_metrics(la, truth)["auc"] - binary_metrics(lb, truth)["auc"])
         values = [v for v in values if not np.isnan(v)]  # a resample with one class only
         return float(np.mean(values)) if values else float("nan")
 
-    rng = np.random.default_rng(seed)
-    samples = []
-    for _ in range(n_boot):
-        drawn = rng.integers(0, len(groups), len(groups))
-        samples.append(diff([groups[g].iloc[rng.integers(0, len(groups[g]), len(groups[g]))]
-                             for g in drawn]))
-    arr = np.asarray(samples)
-    arr = arr[~np.isnan(arr)]
-    lo, hi = (1 - level) / 2 * 100, (1 + level) / 2 * 100
-    return {"value": diff(groups),
-            "ci_low": float(np.percentile(arr, lo)) if arr.size else float("nan"),
-            "ci_high": float(np.percentile(arr, hi)) if arr.size else float("nan"),
-            "share_a_better": float((arr > 0).mean()) if arr.size else float("nan"),
+    out = paired_bootstrap([len(g[2]) for g in groups], diff, n_boot, seed, level)
+    return {**out,
             "n_subjects": int(len(both)), "n_seeds": len(groups), "resamples": n_boot}

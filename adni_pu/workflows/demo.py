@@ -246,6 +246,7 @@ def train_method(manifest: Path, method: str, run_dir: Path, settings: dict[str,
     import pandas as pd
 
     from adni_pu.pu.metrics import binary_metrics
+    from adni_pu.pu.recorders import nn_correction_summary
     from adni_pu.workflows.evaluate import evaluate_run
     from adni_pu.workflows.train import load_volume_config, train_volumes
 
@@ -257,13 +258,13 @@ def train_method(manifest: Path, method: str, run_dir: Path, settings: dict[str,
                            dtype={"subject_id": str})
     val = pd.read_csv(run_dir / "val_predictions.csv", dtype={"subject_id": str})
     val = val.groupby("subject_id").agg(logit=("logit", "mean"), truth=("truth", "first"))
-    history = pd.read_csv(run_dir / "metrics.csv")
-    fired = [c for c in history.columns if c.endswith("/nn_correction")]
+    fired = nn_correction_summary(fit.history)
     return {"best_epoch": fit.best_epoch + 1, "candidate": fit.best_candidate,
             "seconds": time.perf_counter() - tic,
             "val_auc": binary_metrics(val["logit"].to_numpy(), val["truth"].to_numpy())["auc"],
-            "nn_correction": float(history[fired].to_numpy().mean()) if fired else None,
-            "nn_correction_column": fired[0] if fired else None,
+            "nn_correction": fired["share"] if fired else None,
+            "nn_correction_column": fired["columns"][0] if fired else None,
+            "nn_correction_summary": fired,
             "predictions": subjects[["subject_id", "logit", "truth"]].to_dict("records")}
 
 
@@ -310,7 +311,18 @@ def pool_method(folds: list[dict[str, Any]], n_boot: int) -> dict[str, Any]:
             "val_auc": float(np.mean(val)) if val else float("nan"),
             "nn_correction": float(np.mean(shares)) if shares else None,
             "nn_correction_column": folds[0]["nn_correction_column"],
+            "nn_correction_by_phase": _pooled_phases(folds),
             "predictions": preds.to_dict("records")}
+
+
+def _pooled_phases(folds: list[dict[str, Any]]) -> dict[str, float] | None:
+    """Mean over folds of each phase's nn_correction share (None without a correction)."""
+    summaries = [f["nn_correction_summary"] for f in folds if f.get("nn_correction_summary")]
+    if not summaries:
+        return None
+    phases = sorted({p for s in summaries for p in s["by_phase"]})
+    return {p: sum(s["by_phase"][p] for s in summaries if p in s["by_phase"])
+            / sum(p in s["by_phase"] for s in summaries) for p in phases}
 
 
 def run_demo(settings: DemoSettings, log: Callable[[str], None] = print) -> Path:

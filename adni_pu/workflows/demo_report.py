@@ -120,9 +120,13 @@ def _coincidence_text(results: dict[str, dict[str, Any]]) -> str:
                          "unlabelled risk never went negative, so it minimised exactly "
                          "uPU's risk, and equal settings give equal models.")
         else:
+            phases = r.get("nn_correction_by_phase") or {}
+            by_phase = ("; by phase: " + ", ".join(f"{p} {100 * v:.1f} %"
+                                                   for p, v in phases.items())
+                        if len(phases) > 1 else "")
             parts.append(f"{method}'s non-negative correction (of its nnPU risk) fired in "
                          f"{100 * share:.1f} % of training batches (column `{column}` of "
-                         "metrics.csv).")
+                         f"metrics.csv{by_phase}).")
     if not parts:
         return "**Coinciding methods.** No two methods gave the same predictions."
     return "**Coinciding methods.** " + " ".join(parts)

@@ -33,7 +33,8 @@ def evaluate_run(run_dir: str | Path, split: str = "test", manifest: str | Path 
     (which chose the model, so metrics on it would be optimistic: ``--split val`` of the
     training manifest is always refused; RUN/val_predictions.csv holds those). Writes
     ``RUN/evaluation/<split>/`` (metrics.json, predictions_scans.csv,
-    predictions_subjects.csv, roc.png, report.md) and returns the metrics dict.
+    predictions_subjects.csv, roc.png, report.md) and returns the metrics dict; the report
+    also says how often nnPU's non-negative correction fired in training (metrics.csv).
     """
     import pandas as pd
 
@@ -85,6 +86,7 @@ def evaluate_run(run_dir: str | Path, split: str = "test", manifest: str | Path 
         "subject_level": bootstrap_ci(subjects["logit"].to_numpy(),
                                       subjects["truth"].to_numpy(), METRICS, n_boot=boots),
     }
+    result["nn_correction"] = run_nn_correction(run_dir)
     out = run_dir / "evaluation" / split
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "predictions_scans.csv", scans.to_csv(index=False))
@@ -99,6 +101,26 @@ def evaluate_run(run_dir: str | Path, split: str = "test", manifest: str | Path 
     atomic_write_text(out / "metrics.json", json.dumps(_jsonable(result), indent=2) + "\n")
     atomic_write_text(out / "report.md", metrics_markdown(result))
     return result
+
+
+def run_nn_correction(run_dir: Path) -> dict[str, Any] | None:
+    """:func:`~adni_pu.pu.recorders.nn_correction_summary` of the run folder's metrics.csv
+    (``{"recorded": False}`` when the run folder has no metrics.csv)."""
+    from adni_pu.pu.recorders import nn_correction_summary, read_metrics_csv
+
+    path = run_dir / "metrics.csv"
+    if not path.is_file():
+        return {"recorded": False}
+    return nn_correction_summary(read_metrics_csv(path))
+
+
+def nn_correction_markdown(summary: dict[str, Any] | None) -> list[str]:
+    """The report's "nnPU correction" part (:func:`run_nn_correction`'s summary)."""
+    from adni_pu.pu.recorders import nn_correction_text
+
+    if summary is not None and summary.get("recorded") is False:
+        return ["## nnPU correction", "", "Not recorded: the run folder has no metrics.csv.", ""]
+    return ["## nnPU correction", "", nn_correction_text(summary), ""]
 
 
 def _jsonable(obj: Any) -> Any:
@@ -129,4 +151,6 @@ def metrics_markdown(result: dict[str, Any]) -> str:
         lines.append(f"| {m.replace('_', ' ')} | {format_ci(result['scan_level'][m])} | "
                      f"{format_ci(result['subject_level'][m])} |")
     lines += ["", "![ROC](roc.png)", ""]
+    if "nn_correction" in result:
+        lines += nn_correction_markdown(result["nn_correction"])
     return "\n".join(lines)

@@ -1,0 +1,152 @@
+"""benchmarks/mnist_table.py on hand-made results files: means, std, paired differences,
+the schedule check and its one-line errors."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "mnist_table.py"
+
+
+@pytest.fixture(scope="module")
+def table():
+    spec = importlib.util.spec_from_file_location("mnist_table", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _write(folder: Path, method: str, seeds: dict[int, float], epochs: int = 20,
+           selfpu: dict | None = None, share: float | None = None, name: str | None = None,
+           examples: dict[int, dict] | None = None) -> Path:
+    """A results file as `adni-pu benchmark ... --results-json` writes it (the fields read)."""
+    per_seed = [{"seed": s, "test": {"accuracy": acc, "auc": acc + 0.05},
+                 "test_accuracy_test_selected": acc + 0.01,
+                 "seconds_per_epoch": {"phase1": 2.0 + s}, "nn_correction_share": share,
+                 "test_examples": (examples or {}).get(s)}
+                for s, acc in seeds.items()]
+    data = {"settings": {"method": method, "epochs": epochs, "selfpu": selfpu},
+            "results": {method: {}}, "per_seed": per_seed}
+    path = folder / f"{name or method}.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+SP = {"warmup_epochs": 5, "self_paced_end": 10}
+
+
+def test_means_std_and_paired_differences(table, tmp_path):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    _write(runs, "naive", {0: 0.50, 1: 0.52, 2: 0.54})
+    _write(runs, "nnpu", {0: 0.90, 1: 0.91}, share=0.25, name="nnpu-s01")
+    _write(runs, "nnpu", {2: 0.95}, share=0.5, name="nnpu-s2")
+    _write(runs, "selfpu", {0: 0.92, 1: 0.90}, selfpu=SP)
+    assert table.main([str(runs), "--pair", "selfpu,naive"]) == 0
+    record = json.loads((tmp_path / "runs-table.json").read_text())
+    nnpu = record["rows"]["nnpu"]
+    assert nnpu["n_seeds"] == 3 and nnpu["seeds"] == [0, 1, 2]
+    assert nnpu["test_accuracy"]["mean"] == pytest.approx(92.0)
+    assert nnpu["test_accuracy"]["std"] == pytest.approx(2.6457513, rel=1e-6)  # sd of 90, 91, 95
+    assert nnpu["test_accuracy_test_selected"]["mean"] == pytest.approx(93.0)
+    assert nnpu["test_auc"]["mean"] == pytest.approx(97.0)
+    assert nnpu["seconds_per_epoch"]["phase1"]["mean"] == pytest.approx(3.0)
+    assert nnpu["nn_correction_share"]["mean"] == pytest.approx(1 / 3)
+    assert record["rows"]["naive"]["nn_correction_share"] is None
+    pairs = {d["pair"]: d for d in record["paired"]}
+    assert list(pairs) == ["selfpu - nnpu", "nnpu - naive", "selfpu - naive"]
+    d = pairs["selfpu - nnpu"]  # seeds 0 and 1 only: differences +2 and -1
+    assert d["seeds"] == [0, 1] and d["value"] == pytest.approx(0.5)
+    half = 12.7062047 * 1.5  # t(0.975, 1) * sd / sqrt(2), sd of (2, -1) = 3 / sqrt(2)
+    assert d["ci_high"] - d["value"] == pytest.approx(half, rel=1e-6)
+    assert pairs["nnpu - naive"]["value"] == pytest.approx(40.0)  # 40, 39, 41
+    text = (tmp_path / "runs-table.md").read_text()
+    assert "| nnpu | 3 | 20 | 92.00 (2.65) | 93.00 (2.65) | 97.00 (2.65) | phase1: 3.0 | " \
+           "0.333 (0.144) |" in text
+    assert "| selfpu - nnpu | +0.50 [" in text and "t-interval over seeds" in text
+
+
+def test_ablation_states_and_checks_the_schedule(table, tmp_path):
+    runs = tmp_path / "abl"
+    runs.mkdir()
+    _write(runs, "nnpu", {0: 0.9, 1: 0.9})
+    _write(runs, "selfpu", {0: 0.9, 1: 0.92}, selfpu=SP)
+    _write(runs, "selfpu-no-reweight", {0: 0.91, 1: 0.93}, selfpu=SP)
+    text, record = table.build(runs, [], ablation=True)
+    assert record["schedule_check"]["same"]
+    assert "| selfpu-no-reweight | 2 | 20 | 5 | 10 | 92.00 (1.41) |" in text
+    assert "| nnpu | 2 | 20 | - | - |" in text
+    _write(runs, "selfpu-short", {0: 0.9}, selfpu={"warmup_epochs": 5, "self_paced_end": 8})
+    with pytest.raises(table.TableError, match=r"selfpu-short\.json: self_paced_end = 8 but "
+                       r"10 in 'selfpu'"):
+        table.build(runs, [], ablation=True)
+    assert table.main([str(runs), "--ablation"]) == 2
+    assert not (tmp_path / "abl-table.md").exists()  # refused: nothing written
+    text, record = table.build(runs, [], ablation=True, allow_mixed=True)
+    assert record["schedule_check"]["differing"] == ["selfpu-short"]
+    assert "| selfpu-short (schedule differs) |" in text
+    _write(runs, "nnpu", {0: 0.9}, epochs=30, name="nnpu-30")  # another schedule, same label
+    with pytest.raises(table.TableError, match=r"nnpu.json: schedule .* of 'nnpu' differs"):
+        table.build(runs, [], ablation=True, allow_mixed=True)
+
+
+def test_bad_files_are_one_line_errors(table, tmp_path):
+    runs = tmp_path / "bad"
+    runs.mkdir()
+    with pytest.raises(table.TableError, match="no \\*.json results files"):
+        table.build(runs, [])
+    _write(runs, "nnpu", {0: 0.9}, name="a")
+    _write(runs, "nnpu", {0: 0.91}, name="b")
+    with pytest.raises(table.TableError, match=r"b.json: seed 0 of 'nnpu' is also in .*a.json"):
+        table.build(runs, [])
+    (runs / "b.json").write_text(json.dumps({"settings": {"method": "x"}, "results": {}}))
+    with pytest.raises(table.TableError, match="b.json: field 'per_seed' missing"):
+        table.build(runs, [])
+    _write(runs, "naive", {0: 0.5}, name="b")
+    data = json.loads((runs / "b.json").read_text())
+    data["settings"]["n_labelled"] = 100
+    (runs / "b.json").write_text(json.dumps(data))
+    with pytest.raises(table.TableError, match=r"a.json: data settings .* differ from .*'naive'"):
+        table.build(runs, [("nnpu", "naive")])
+    (runs / "b.json").unlink()
+    with pytest.raises(table.TableError, match="--pair nnpu,upu: no results for 'upu'"):
+        table.build(runs, [("nnpu", "upu")])
+
+
+def test_per_example_results_give_a_paired_bootstrap_over_seeds_and_examples(table, tmp_path):
+    from adni_pu.workflows.benchmark import test_examples, unpack_bits
+
+    rng = np.random.default_rng(0)
+    truth = {s: rng.integers(0, 2, 400).astype(float) for s in (0, 1)}
+    logits = {m: {} for m in ("nnpu", "selfpu")}
+    for s in (0, 1):  # nnpu right on 80 % of the examples, selfpu on those and 5 % more
+        right = np.arange(400) < 320 + 40 * s
+        sign = np.where(truth[s] == 1, 1.0, -1.0)
+        logits["nnpu"][s] = np.where(right, sign, -sign)
+        logits["selfpu"][s] = np.where(right | (np.arange(400) >= 380), sign, -sign)
+    record = test_examples(logits["nnpu"][0], truth[0])
+    assert record["n"] == 400 and unpack_bits(record["truth"], 400).tolist() == (
+        truth[0] == 1).tolist()
+    assert unpack_bits(record["correct"], 400).sum() == 320
+    runs = tmp_path / "pb"
+    runs.mkdir()
+    for m in ("nnpu", "selfpu"):
+        acc = {s: float(((logits[m][s] > 0) == (truth[s] == 1)).mean()) for s in (0, 1)}
+        _write(runs, m, acc, examples={s: test_examples(logits[m][s], truth[s]) for s in (0, 1)})
+    text, record = table.build(runs, [])
+    (d,) = record["paired"]
+    assert d["value"] == pytest.approx(100 * (20 / 400 + 20 / 400) / 2)  # 5.0 points
+    assert d["interval"].startswith("paired bootstrap over seeds and test examples")
+    assert d["n_examples"] == 800 and d["ci_low"] < 5.0 < d["ci_high"] and d["ci_low"] > 2.0
+    assert d["share_a_better"] == 1.0
+    assert "| selfpu - nnpu | +5.00 [" in text and "paired bootstrap" in text
+    other = rng.integers(0, 2, 400).astype(float)  # nnpu's seed 1 on other examples
+    _write(runs, "nnpu", {0: 0.8, 1: 0.9}, examples={
+        0: test_examples(logits["nnpu"][0], truth[0]), 1: test_examples(logits["nnpu"][1], other)})
+    with pytest.raises(table.TableError, match="seed 1: 'selfpu' and 'nnpu' .* different test"):
+        table.build(runs, [])
