@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -59,8 +60,11 @@ def data_settings(settings: dict[str, Any]) -> dict[str, Any]:
     return {k: settings.get(k) for k in DATA_KEYS}
 
 
-def load_results(folder: Path) -> dict[str, dict[str, Any]]:
-    """Per label: its files, schedule and per-seed records (one per seed, from any file)."""
+def load_results(folder: Path, label_from_name: bool = False) -> dict[str, dict[str, Any]]:
+    """Per label: its files, schedule and per-seed records (one per seed, from any file).
+
+    The label is ``settings.method`` (the method or preset), or with ``label_from_name`` the
+    file's name without a trailing ``-s<seed>`` (rows that differ by a ``--set`` only)."""
     files = sorted(folder.glob("*.json"))
     if not files:
         raise TableError(f"{folder}: no *.json results files (expected the files written by "
@@ -75,10 +79,11 @@ def load_results(folder: Path) -> dict[str, dict[str, Any]]:
             if not isinstance(data, dict) or key not in data:
                 raise TableError(f"{path}: field {key!r} missing; expected a results file of "
                                  "`adni-pu benchmark ... --results-json`")
-        label = data["settings"].get("method")
-        if label not in data["results"]:
-            raise TableError(f"{path}: settings.method is {label!r} but results holds "
+        method = data["settings"].get("method")
+        if method not in data["results"]:
+            raise TableError(f"{path}: settings.method is {method!r} but results holds "
                              f"{sorted(data['results'])}")
+        label = re.sub(r"-s\d+$", "", path.stem) if label_from_name else method
         entry = out.setdefault(label, {"files": [], "schedule": schedule(data["settings"]),
                                        "data": data_settings(data["settings"]),
                                        "seeds": {}, "seed_files": {}})
@@ -98,6 +103,22 @@ def load_results(folder: Path) -> dict[str, dict[str, Any]]:
     return out
 
 
+FINAL_RULE_KEY = "test_accuracy_final_rule_diagnostic"
+
+
+def use_final_rule(entry: dict[str, Any], label: str) -> None:
+    """Make the final-model rule's test accuracy (the finalist the validation split chose
+    after the last epoch) this label's honest number, in place; its per-example results are
+    not recorded, so paired differences involving it use the t-interval."""
+    for seed, record in entry["seeds"].items():
+        if record.get(FINAL_RULE_KEY) is None:
+            raise TableError(f"{entry['seed_files'][seed]}: seed {seed} of {label!r} has no "
+                             f"{FINAL_RULE_KEY!r} (made before the final-model rule existed)")
+        record["test"] = {**record["test"], "accuracy": record[FINAL_RULE_KEY]}
+        record.pop("test_examples", None)
+    entry["rule"] = "final"
+
+
 def method_row(entry: dict[str, Any]) -> dict[str, Any]:
     """One row: means (std) over seeds in percent, timings and the nn_correction share."""
     from adni_pu.pu.metrics import summarise
@@ -113,6 +134,7 @@ def method_row(entry: dict[str, Any]) -> dict[str, Any]:
     return {
         "seeds": sorted(entry["seeds"]),
         "n_seeds": len(records),
+        "rule": entry.get("rule", "as run (the run's `selection`)"),
         **entry["schedule"],
         "test_accuracy": pct([r["test"]["accuracy"] for r in records]),
         "test_accuracy_test_selected": pct([r["test_accuracy_test_selected"] for r in records]),
@@ -218,6 +240,15 @@ def _ms(d: dict[str, float] | None, digits: int = 2) -> str:
     return f"{d['mean']:.{digits}f} ({d['std']:.{digits}f})"
 
 
+def _share(row: dict[str, Any]) -> str:
+    """The nn correction cell; says how many seeds carried it when not all did."""
+    share = row["nn_correction_share"]
+    text = _ms(share, 3)
+    if share and share["n"] != row["n_seeds"]:
+        text = f"{share['mean']:.3f} (n={share['n']} of {row['n_seeds']} seeds)"
+    return text
+
+
 def _num(v: float) -> str:
     return "n/a" if math.isnan(v) else f"{v:+.2f}"
 
@@ -229,7 +260,9 @@ def render(rows: dict[str, dict[str, Any]], paired: list[dict[str, Any]], ablati
     sched = " | warm-up end | self-paced end" if ablation else ""
     lines = [f"# MNIST PU benchmark: {'ablation' if ablation else 'methods'}", "",
              "Mean (sample std) over seeds, percent. Test accuracy: the model chosen on the "
-             "validation split (honest). Test-selected: the best test accuracy over epochs "
+             "validation split (honest): rows marked (final rule) by the finalist it chose after the "
+             "last epoch (docs/selfpu.md, 'The final model'), the others by the run's own "
+             "selection (the best validation epoch). Test-selected: the best test accuracy over epochs "
              "and candidates (a diagnostic, the test split chose it). nn correction: share "
              "of training batches where the nnPU correction fired (mean over epochs and "
              "models, then seeds; n/a: no correction, or not in the per-seed records).", "",
@@ -239,13 +272,15 @@ def render(rows: dict[str, dict[str, Any]], paired: list[dict[str, Any]], ablati
     flagged = set(check["differing"]) if check else set()
     for label, r in rows.items():
         name = f"{label} (schedule differs)" if label in flagged else label
+        if r["rule"] == "final":
+            name += " (final rule)"
         secs = ", ".join(f"{p}: {v['mean']:.1f}" for p, v in r["seconds_per_epoch"].items())
         cells = [name, str(r["n_seeds"]), str(r["epochs"])]
         if ablation:
             cells += ["-" if r[k] is None else str(r[k])
                       for k in ("warmup_epochs", "self_paced_end")]
         cells += [_ms(r["test_accuracy"]), _ms(r["test_accuracy_test_selected"]),
-                  _ms(r["test_auc"]), secs or "n/a", _ms(r["nn_correction_share"], 3)]
+                  _ms(r["test_auc"]), secs or "n/a", _share(r)]
         lines.append("| " + " | ".join(cells) + " |")
     if check is not None:
         lines += ["", "Schedule: " + ("every row used " if check["same"] else
@@ -264,9 +299,15 @@ def render(rows: dict[str, dict[str, Any]], paired: list[dict[str, Any]], ablati
 
 
 def build(folder: Path, pairs: list[tuple[str, str]], ablation: bool = False,
-          allow_mixed: bool = False, command: str = "") -> tuple[str, dict[str, Any]]:
-    """Markdown and JSON of the table of ``folder``'s results files."""
-    entries = load_results(folder)
+          allow_mixed: bool = False, command: str = "", label_from_name: bool = False,
+          final_rule: tuple[str, ...] = ()) -> tuple[str, dict[str, Any]]:
+    """Markdown and JSON of the table of ``folder``'s results files; the labels named in
+    ``final_rule`` report the final-model rule's test accuracy (docs/selfpu.md)."""
+    entries = load_results(folder, label_from_name)
+    for label in final_rule:
+        if label not in entries:
+            raise TableError(f"--final-rule {label}: no results for it; found {sorted(entries)}")
+        use_final_rule(entries[label], label)
     order = [m for m in METHOD_ORDER if m in entries] + [m for m in entries
                                                         if m not in METHOD_ORDER]
     rows = {label: method_row(entries[label]) for label in order}
@@ -298,6 +339,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="rows are presets; state and check the schedule per row")
     p.add_argument("--allow-mixed-schedule", action="store_true",
                    help="with --ablation: flag rows with another schedule instead of refusing")
+    p.add_argument("--label-from-name", action="store_true",
+                   help="label = file name without -s<seed> (rows that differ by --set only)")
+    p.add_argument("--final-rule", action="append", default=[], metavar="LABEL",
+                   help="report LABEL by the final-model rule's test accuracy (repeatable)")
     args = p.parse_args(argv)
 
     from adni_pu.fileio import atomic_write_text
@@ -307,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.argv[1:] if argv is None else argv)
     try:
         text, record = build(args.folder, args.pair, args.ablation, args.allow_mixed_schedule,
-                             command)
+                             command, args.label_from_name, tuple(args.final_rule))
     except TableError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -150,3 +150,32 @@ def test_per_example_results_give_a_paired_bootstrap_over_seeds_and_examples(tab
         0: test_examples(logits["nnpu"][0], truth[0]), 1: test_examples(logits["nnpu"][1], other)})
     with pytest.raises(table.TableError, match="seed 1: 'selfpu' and 'nnpu' .* different test"):
         table.build(runs, [])
+
+
+def test_labels_from_file_names_and_the_final_rule(table, tmp_path):
+    runs = tmp_path / "fix"
+    runs.mkdir()
+    # two Self-PU variants that differ by a --set only: one label each from the file names
+    _write(runs, "selfpu", {0: 0.90}, selfpu=SP, name="selfpu-s0")
+    _write(runs, "selfpu", {0: 0.80}, selfpu=SP, name="selfpu-band-s0")
+    with pytest.raises(table.TableError, match="seed 0 of 'selfpu' is also in"):
+        table.build(runs, [])
+    with pytest.raises(table.TableError, match="test_accuracy_final_rule_diagnostic"):
+        table.build(runs, [], label_from_name=True, final_rule=("selfpu",))
+    for name, final in (("selfpu-s0", 0.95), ("selfpu-band-s0", 0.70)):
+        data = json.loads((runs / f"{name}.json").read_text())
+        data["per_seed"][0]["test_accuracy_final_rule_diagnostic"] = final
+        data["per_seed"][0]["test_examples"] = {"n": 1, "truth": "AA==", "correct": "AA=="}
+        (runs / f"{name}.json").write_text(json.dumps(data))
+    text, record = table.build(runs, [("selfpu-band", "selfpu")], label_from_name=True,
+                               final_rule=("selfpu",))
+    assert set(record["rows"]) == {"selfpu", "selfpu-band"}
+    assert record["rows"]["selfpu"]["test_accuracy"]["mean"] == pytest.approx(95.0)
+    assert record["rows"]["selfpu"]["rule"] == "final"
+    assert record["rows"]["selfpu-band"]["test_accuracy"]["mean"] == pytest.approx(80.0)
+    assert "| selfpu (final rule) |" in text
+    (pair,) = record["paired"]
+    # the final rule's model has no per-example results: a t-interval, not the bootstrap
+    assert pair["value"] == pytest.approx(-15.0) and pair["interval"].startswith("t-interval")
+    with pytest.raises(table.TableError, match="--final-rule nope"):
+        table.build(runs, [], label_from_name=True, final_rule=("nope",))

@@ -283,3 +283,14 @@ def test_volume_run_recomputes_teacher_batchnorm_and_keeps_a_finalist(tmp_path):
         # reset by the recompute, then one count per chunk of the pass (averaging copies the
         # student's counter, which counts every training batch)
         assert counters and all(int(c) == chunks for c in counters)
+
+
+@pytest.mark.parametrize("method, preset, expected", [
+    ("selfpu", None, "final"), ("nnpu", "sps-reweight", "final"), ("nnpu", None, "best_epoch"),
+    ("upu", None, "best_epoch")])
+def test_benchmark_protocol_uses_the_final_rule_for_selfpu_rows(method, preset, expected):
+    from adni_pu.workflows.benchmark import BenchmarkSpec, resolve_config
+
+    assert resolve_config(BenchmarkSpec("mnist", method, preset), 0).selection == expected
+    spec = BenchmarkSpec("mnist", method, preset, overrides=['selection="best_epoch"'])
+    assert resolve_config(spec, 0).selection == "best_epoch"  # the user's setting wins

@@ -73,6 +73,12 @@ def resolve_config(spec: BenchmarkSpec, seed: int) -> Any:
     defaults.update(preset_settings(spec.preset or spec.method))
     if spec.preset is None and spec.method == "selfpu":
         defaults.update(preset_settings("selfpu"))
+    if defaults.get("method") == "selfpu":
+        # The benchmark protocol's final model for Self-PU (every ablation row): the finalist
+        # the validation split prefers after the last epoch, not the best of ~400 epoch-model
+        # comparisons (winner's curse; docs/selfpu.md, "The final model"). The baselines keep
+        # early stopping on the validation risk: they overfit late (mnist-tuning-log.md).
+        defaults["selection"] = "final"
     cfg = cfgmod.load(TrainConfig, spec.config_file, spec.overrides, defaults, spec.settings)
     cfg = dataclasses.replace(cfg, seed=seed)  # the seed of this run wins over any setting
     if spec.prior is not None and cfg.prior is not None and spec.prior != cfg.prior:
