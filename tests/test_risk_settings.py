@@ -73,9 +73,23 @@ def test_band_layout_and_prior_in_the_trainer(tiny_pu):
     scores = 1 / (1 + np.exp(-trainer.predict_logits(st.model, tiny_pu.train)))
     expected = band_positives(scores, tiny_pu.train.labelled, st.trusted)
     assert np.array_equal(st.band_pos, expected) and 0 < len(expected) < trainer.n_p
-    f_band = len(expected) / trainer.n_p
+    # f_band from the validation split's labelled positives (out of sample), by default
+    t_lo, t_hi = score_band(scores, st.trusted)
+    val = tiny_pu.val
+    val_scores = 1 / (1 + np.exp(-trainer.predict_logits(st.model, val)))[val.labelled]
+    f_val = float(((val_scores > t_lo) & (val_scores < t_hi)).mean())
     assert st.prior_rest == pytest.approx(
-        band_prior(trainer.prior_u, trainer.n_u, len(st.trusted), f_band))
+        band_prior(trainer.prior_u, trainer.n_u, len(st.trusted), f_val))
+    # or from the training split's labelled positives (the ones the model fitted)
+    train_cfg = tiny_config(method="selfpu", selfpu={
+        "warmup_epochs": 0, "rest_risk": "band", "reweight": False,
+        "band_fraction": "training"})
+    on_train = Trainer(train_cfg, tiny_pu)
+    on_train._select(0)
+    f_band = len(on_train.students[0].band_pos) / on_train.n_p
+    assert on_train.students[0].prior_rest == pytest.approx(
+        band_prior(trainer.prior_u, trainer.n_u, len(on_train.students[0].trusted), f_band))
+    assert f_val != f_band  # the two estimates differ on this data, so both are checked
     batches = trainer._epoch_batches(np.random.default_rng(0))
     members = [s.trusted.membership(len(tiny_pu.train))[0] for s in trainer.students]
     layouts = trainer._layouts(batches, members, 2)
@@ -231,3 +245,16 @@ def test_risk_setting_presets(name, method, rest, reweight, share):
     cfg = cfgmod.from_dict(TrainConfig, preset_settings(name))
     assert (cfg.method, cfg.selfpu.rest_risk, cfg.selfpu.reweight_risk, cfg.positive_share) == (
         method, rest, reweight, share)
+
+
+def test_prior_rest_truth_is_the_true_positive_fraction_left_in_u(tiny_pu):
+    cfg = tiny_config(method="selfpu", epochs=2, selfpu={
+        "warmup_epochs": 1, "self_paced_end": 2, "select_every": 1, "rest_risk": "band",
+        "reweight": False, "rates": [0.3], "teachers": False, "student_consistency": "none"})
+    trainer = Trainer(cfg, tiny_pu)
+    row = trainer.fit().history[-1]
+    st = trainer.students[0]
+    unlabelled = tiny_pu.train.unlabelled_indices(tiny_pu.scheme)
+    rest = np.setdiff1d(unlabelled, st.trusted.indices)
+    assert len(st.trusted) > 0 and len(rest) < len(unlabelled)
+    assert row["trusted/model/prior_rest_truth"] == pytest.approx(tiny_pu.train.truth[rest].mean())

@@ -49,6 +49,13 @@ class SelfPUConfig:
     # positives inside the band and pi_rest = pi_u n_u f_band / |U'| (f_band: the fraction of
     # labelled positives inside the band).
     rest_risk: Literal["prior", "band"] = "prior"
+    # Where f_band is measured. "validation": the validation split's labelled positives,
+    # scored by the selecting model (out of sample, so a sample of the positives the model
+    # has not trained on, like those in D_U). "training": the training split's labelled
+    # positives, which the model has fitted as positives: their scores sit above the band
+    # more often than unlabelled positives' do, so f_band and pi_rest come out too small
+    # (on MNIST pi_rest fell to the 1e-3 floor at the second selection; mnist-tuning-log.md).
+    band_fraction: Literal["validation", "training"] = "validation"
     # Self-calibrated loss reweighting (learning to reweight with one virtual step).
     reweight: bool = True
     reweight_in_phase3: bool = False

@@ -57,6 +57,7 @@ from adni_pu.pu.trusted_set import (
     band_positives,
     band_prior,
     clip_prior,
+    score_band,
     select_trusted_set,
     target_size,
 )
@@ -369,19 +370,42 @@ class Trainer:
             scores = sigmoid(self.predict_logits(st.model, self.data.train))
             st.trusted = select_trusted_set(scores, self.candidates_u, size, self.sp.labels,
                                             st.trusted, self.sp.replacement, epoch)
+            f_band = None
             if self.sp.rest_risk == "band":
                 st.band_pos = band_positives(scores, self.data.train.labelled, st.trusted)
-            st.prior_rest = self._prior_rest(st.trusted, st.band_pos)
+                f_band = self._band_fraction(st.model, scores, st.trusted, st.band_pos)
+            st.prior_rest = self._prior_rest(st.trusted, f_band)
         return stats
 
-    def _prior_rest(self, trusted: TrustedSet, band_pos: np.ndarray | None = None) -> float:
+    def _prior_rest_truth(self, st: Student) -> float:
+        """The true positive fraction of D_U minus the student's trusted set, from the
+        hidden labels: a diagnostic of the prior correction (recorded, never used)."""
+        train = self.data.train
+        rest = np.setdiff1d(self.entry_base[self.n_p:], st.trusted.indices)
+        return float(train.truth[rest].mean()) if len(rest) else float("nan")
+
+    def _band_fraction(self, model: nn.Module, scores: np.ndarray, trusted: TrustedSet,
+                       band_pos: np.ndarray) -> float:
+        """f_band: the fraction of labelled positives whose score lies inside the trusted
+        set's band, measured on the validation split's labelled positives (out of sample)
+        or the training split's (``selfpu.band_fraction``)."""
+        if self.sp.band_fraction == "training":
+            return len(band_pos) / max(self.n_p, 1)
+        val = self.data.val
+        t_lo, t_hi = score_band(scores, trusted)
+        val_scores = sigmoid(self.predict_logits(model, val))[val.labelled]
+        if not len(val_scores):
+            raise cfgmod.ConfigError("selfpu.band_fraction = 'validation' needs labelled "
+                                     "positives in the validation split; it has none")
+        return float(((val_scores > t_lo) & (val_scores < t_hi)).mean())
+
+    def _prior_rest(self, trusted: TrustedSet, f_band: float | None = None) -> float:
         """Positive fraction of D_U once the trusted set is taken out: the prior correction
         (``correct_prior``), or with ``rest_risk="band"`` pi_u n_u f_band / |U'| where f_band
-        is the fraction of labelled positives inside the band (``band_pos``)."""
+        is the fraction of labelled positives inside the band (:meth:`_band_fraction`)."""
         if len(trusted) == 0:
             return self.prior_u
-        if self.sp.rest_risk == "band" and band_pos is not None:
-            f_band = len(band_pos) / max(self.n_p, 1)
+        if self.sp.rest_risk == "band" and f_band is not None:
             return band_prior(self.prior_u, self.n_u, len(trusted), f_band)
         if not self.sp.correct_prior:
             return self.prior_u
@@ -767,6 +791,8 @@ class Trainer:
                     row[f"trusted/{st.name}/label_accuracy"] = st.trusted.label_accuracy(
                         self.data.train.truth)
                     row[f"trusted/{st.name}/prior_rest"] = st.prior_rest
+                    # diagnostic from the hidden labels (like label_accuracy): never used
+                    row[f"trusted/{st.name}/prior_rest_truth"] = self._prior_rest_truth(st)
             t_select = time.perf_counter() - t0
             try:
                 stats = self.train_epoch(epoch, None if exempt else deadline)
