@@ -73,19 +73,28 @@ def test_band_layout_and_prior_in_the_trainer(tiny_pu):
     scores = 1 / (1 + np.exp(-trainer.predict_logits(st.model, tiny_pu.train)))
     expected = band_positives(scores, tiny_pu.train.labelled, st.trusted)
     assert np.array_equal(st.band_pos, expected) and 0 < len(expected) < trainer.n_p
-    # f_band from the validation split's labelled positives (out of sample), by default
-    t_lo, t_hi = score_band(scores, st.trusted)
+    # default: pi_rest counted from the pseudo-labels, as the prior correction does
+    n_pos = int(st.trusted.pseudo_labels.sum())
+    assert st.prior_rest == pytest.approx(
+        (trainer.prior_u * trainer.n_u - n_pos) / (trainer.n_u - len(st.trusted)))
+
+    def band_trainer(where: str) -> Trainer:
+        t = Trainer(tiny_config(method="selfpu", selfpu={
+            "warmup_epochs": 0, "rest_risk": "band", "reweight": False,
+            "band_prior": where}), tiny_pu)
+        t._select(0)
+        return t
+
+    # f_band from the validation split's labelled positives
+    on_val = band_trainer("validation")
+    t_lo, t_hi = score_band(scores, on_val.students[0].trusted)
     val = tiny_pu.val
     val_scores = 1 / (1 + np.exp(-trainer.predict_logits(st.model, val)))[val.labelled]
     f_val = float(((val_scores > t_lo) & (val_scores < t_hi)).mean())
-    assert st.prior_rest == pytest.approx(
+    assert on_val.students[0].prior_rest == pytest.approx(
         band_prior(trainer.prior_u, trainer.n_u, len(st.trusted), f_val))
     # or from the training split's labelled positives (the ones the model fitted)
-    train_cfg = tiny_config(method="selfpu", selfpu={
-        "warmup_epochs": 0, "rest_risk": "band", "reweight": False,
-        "band_fraction": "training"})
-    on_train = Trainer(train_cfg, tiny_pu)
-    on_train._select(0)
+    on_train = band_trainer("training")
     f_band = len(on_train.students[0].band_pos) / on_train.n_p
     assert on_train.students[0].prior_rest == pytest.approx(
         band_prior(trainer.prior_u, trainer.n_u, len(on_train.students[0].trusted), f_band))

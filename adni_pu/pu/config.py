@@ -49,13 +49,14 @@ class SelfPUConfig:
     # positives inside the band and pi_rest = pi_u n_u f_band / |U'| (f_band: the fraction of
     # labelled positives inside the band).
     rest_risk: Literal["prior", "band"] = "prior"
-    # Where f_band is measured. "validation": the validation split's labelled positives,
-    # scored by the selecting model (out of sample, so a sample of the positives the model
-    # has not trained on, like those in D_U). "training": the training split's labelled
-    # positives, which the model has fitted as positives: their scores sit above the band
-    # more often than unlabelled positives' do, so f_band and pi_rest come out too small
-    # (on MNIST pi_rest fell to the 1e-3 floor at the second selection; mnist-tuning-log.md).
-    band_fraction: Literal["validation", "training"] = "validation"
+    # pi_rest of the band risk. "count": (pi_u |D_U| - #pseudo-positives) / |U'|, the prior
+    # correction's estimate (accurate while the trusted set's pseudo-labels are). "validation"
+    # / "training": pi_u |D_U| f_band / |U'| with f_band measured on that split's labelled
+    # positives. Both are biased: training positives were fitted as positives, validation
+    # positives were never trained on, while the positives in D_U were pushed towards
+    # negative by the risk, so either split's positives score above the band more often
+    # than D_U's do and f_band comes out too small (mnist-tuning-log.md, step 5).
+    band_prior: Literal["count", "validation", "training"] = "count"
     # Self-calibrated loss reweighting (learning to reweight with one virtual step).
     reweight: bool = True
     reweight_in_phase3: bool = False

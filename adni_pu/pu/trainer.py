@@ -373,7 +373,8 @@ class Trainer:
             f_band = None
             if self.sp.rest_risk == "band":
                 st.band_pos = band_positives(scores, self.data.train.labelled, st.trusted)
-                f_band = self._band_fraction(st.model, scores, st.trusted, st.band_pos)
+                if self.sp.band_prior != "count":
+                    f_band = self._band_fraction(st.model, scores, st.trusted, st.band_pos)
             st.prior_rest = self._prior_rest(st.trusted, f_band)
         return stats
 
@@ -388,21 +389,22 @@ class Trainer:
                        band_pos: np.ndarray) -> float:
         """f_band: the fraction of labelled positives whose score lies inside the trusted
         set's band, measured on the validation split's labelled positives (out of sample)
-        or the training split's (``selfpu.band_fraction``)."""
-        if self.sp.band_fraction == "training":
+        or the training split's (``selfpu.band_prior``)."""
+        if self.sp.band_prior == "training":
             return len(band_pos) / max(self.n_p, 1)
         val = self.data.val
         t_lo, t_hi = score_band(scores, trusted)
         val_scores = sigmoid(self.predict_logits(model, val))[val.labelled]
         if not len(val_scores):
-            raise cfgmod.ConfigError("selfpu.band_fraction = 'validation' needs labelled "
+            raise cfgmod.ConfigError("selfpu.band_prior = 'validation' needs labelled "
                                      "positives in the validation split; it has none")
         return float(((val_scores > t_lo) & (val_scores < t_hi)).mean())
 
     def _prior_rest(self, trusted: TrustedSet, f_band: float | None = None) -> float:
         """Positive fraction of D_U once the trusted set is taken out: the prior correction
-        (``correct_prior``), or with ``rest_risk="band"`` pi_u n_u f_band / |U'| where f_band
-        is the fraction of labelled positives inside the band (:meth:`_band_fraction`)."""
+        (``correct_prior``), or with ``rest_risk="band"`` and ``band_prior`` "validation" or
+        "training" pi_u n_u f_band / |U'| where f_band is the fraction of labelled positives
+        inside the band (:meth:`_band_fraction`)."""
         if len(trusted) == 0:
             return self.prior_u
         if self.sp.rest_risk == "band" and f_band is not None:
