@@ -120,8 +120,8 @@ def test_batchnorm_recompute_gives_the_training_data_statistics():
     # batches of unequal sizes weigh by size: the running mean is the mean of every example
     recompute_batchnorm(teacher.model, [x[:250], x[250:]])
     torch.testing.assert_close(bn.running_mean, hidden.mean(0))
-    pooled = (250 * hidden[:250].var(0) + 50 * hidden[250:].var(0)) / 300
-    torch.testing.assert_close(bn.running_var, pooled)
+    # and the running variance that of every example, not a mean of the batches' variances
+    torch.testing.assert_close(bn.running_var, hidden.var(0))
     # and the averaging leaves recomputed statistics alone (the next epoch's targets use them)
     stats = bn.running_mean.clone(), bn.running_var.clone()
     _update_with_moving_student(teacher, student, 2)
@@ -148,3 +148,17 @@ def test_batchnorm_buffer_names_and_bad_mode():
                                           "1.num_batches_tracked"}
     with pytest.raises(ValueError, match="expected 'average' or 'recompute'"):
         MeanTeacher(small(), bn="swa")  # type: ignore[arg-type]
+
+
+def test_batchnorm_recompute_is_exact_when_batches_are_not_mixed():
+    """Ordered chunks (labelled positives first, as the trainer's entries are) must give the
+    variance of all examples: per-chunk variances would miss the spread between the chunks."""
+    torch.manual_seed(0)
+    bn = nn.BatchNorm1d(2)
+    model = nn.Sequential(bn)
+    x = torch.cat([torch.randn(300, 2) + 3.0, torch.randn(700, 2) - 1.0])
+    recompute_batchnorm(model, [x[i:i + 8] for i in range(0, len(x), 8)])
+    torch.testing.assert_close(bn.running_mean, x.mean(0), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(bn.running_var, x.var(0), rtol=1e-5, atol=1e-5)
+    assert float(bn.running_var.min()) > 3.0  # a mean of the chunks' variances is about 1
+    assert not model.training

@@ -83,31 +83,48 @@ def recompute_batchnorm(model: nn.Module, batches: Iterable[Any]) -> None:
     """Set every BatchNorm's running statistics to those of ``batches``, weights unchanged.
 
     One forward pass with only the BatchNorm layers in training mode (dropout and the rest
-    stay in evaluation mode, so the pass is deterministic); each batch weighs by its size, so
-    the running mean is the mean over all examples and the running variance the size-weighted
-    mean of the batches' unbiased variances (exact for a single batch). Like
-    ``torch.optim.swa_utils.update_bn`` but without its per-batch equal weighting. The model
-    is left in evaluation mode.
+    stay in evaluation mode, so the pass is deterministic), as
+    ``torch.optim.swa_utils.update_bn`` does; but each BatchNorm's input is summed per
+    channel (sum and sum of squares, float64) over every example of every batch, so the
+    running mean and (unbiased) variance are those of all examples whatever the batches
+    hold: averaging per-batch variances would drop the spread between batch means, which is
+    large when batches are not mixed (e.g. labelled positives first). The model is left in
+    evaluation mode.
     """
     norms = [m for m in model.modules() if isinstance(m, _BatchNorm) and m.track_running_stats]
     if not norms:
         return
-    momenta = [m.momentum for m in norms]
+    sums: dict[int, list[Any]] = {}
+
+    def accumulate(module: nn.Module, inputs: tuple[torch.Tensor, ...]) -> None:
+        x = inputs[0].detach().double()
+        dims = [d for d in range(x.dim()) if d != 1]
+        entry = sums.setdefault(id(module), [0, 0.0, 0.0])
+        entry[0] += x.numel() // x.shape[1]
+        entry[1] = entry[1] + x.sum(dim=dims)
+        entry[2] = entry[2] + (x * x).sum(dim=dims)
+
     for m in norms:
-        m.reset_running_stats()
+        m.reset_running_stats()  # the batch counter then counts this pass's batches
+    hooks = [m.register_forward_pre_hook(accumulate) for m in norms]
     model.eval()
     for m in norms:
         m.train()
-    seen = 0
-    for xb in batches:
-        n = _batch_size(xb)
-        seen += n
-        for m in norms:
-            m.momentum = n / seen
-        model(xb)
-    for m, momentum in zip(norms, momenta):
-        m.momentum = momentum
-    model.eval()
+    try:
+        for xb in batches:
+            model(xb)
+    finally:
+        for hook in hooks:
+            hook.remove()
+        model.eval()
+    for m in norms:
+        if id(m) not in sums:
+            continue
+        n, total, squares = sums[id(m)]
+        mean = total / n
+        var = (squares - n * mean * mean) / max(n - 1, 1)
+        m.running_mean.copy_(mean.to(m.running_mean.dtype))
+        m.running_var.copy_(var.clamp(min=0).to(m.running_var.dtype))
 
 
 def _batch_size(x: Any) -> int:

@@ -822,7 +822,7 @@ class Trainer:
 
     def _recompute_teacher_batchnorm(self) -> None:
         """With ``teacher_bn = "recompute"``: each teacher's BatchNorm statistics from one
-        pass over the training entries (D_P and D_U, as the epoch's batches hold them),
+        pass over the training entries (D_P and D_U once each, in the data's ratio),
         un-augmented (``eval_x`` where the split has one, so the pass is deterministic), so
         evaluation, selection and the next epoch's consistency targets use them."""
         teachers = [st.teacher for st in self.students if st.teacher is not None]
