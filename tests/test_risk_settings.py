@@ -73,10 +73,13 @@ def test_band_layout_and_prior_in_the_trainer(tiny_pu):
     scores = 1 / (1 + np.exp(-trainer.predict_logits(st.model, tiny_pu.train)))
     expected = band_positives(scores, tiny_pu.train.labelled, st.trusted)
     assert np.array_equal(st.band_pos, expected) and 0 < len(expected) < trainer.n_p
-    # default: pi_rest counted from the pseudo-labels, as the prior correction does
+    # default: pi_rest counted from the pseudo-labels, with U' leaving out the labelled
+    # positives' copies that case-control D_U holds (all n_p of them here)
+    assert tiny_pu.scheme == "case-control" and trainer.n_copies == trainer.n_p
     n_pos = int(st.trusted.pseudo_labels.sum())
     assert st.prior_rest == pytest.approx(
-        (trainer.prior_u * trainer.n_u - n_pos) / (trainer.n_u - len(st.trusted)))
+        (trainer.prior_u * trainer.n_u - trainer.n_p - n_pos)
+        / (trainer.n_u - trainer.n_p - len(st.trusted)))
 
     def band_trainer(where: str) -> Trainer:
         t = Trainer(tiny_config(method="selfpu", selfpu={
@@ -92,12 +95,13 @@ def test_band_layout_and_prior_in_the_trainer(tiny_pu):
     val_scores = 1 / (1 + np.exp(-trainer.predict_logits(st.model, val)))[val.labelled]
     f_val = float(((val_scores > t_lo) & (val_scores < t_hi)).mean())
     assert on_val.students[0].prior_rest == pytest.approx(
-        band_prior(trainer.prior_u, trainer.n_u, len(st.trusted), f_val))
+        band_prior(trainer.prior_u, trainer.n_u, len(st.trusted), f_val, trainer.n_p))
     # or from the training split's labelled positives (the ones the model fitted)
     on_train = band_trainer("training")
     f_band = len(on_train.students[0].band_pos) / on_train.n_p
     assert on_train.students[0].prior_rest == pytest.approx(
-        band_prior(trainer.prior_u, trainer.n_u, len(on_train.students[0].trusted), f_band))
+        band_prior(trainer.prior_u, trainer.n_u, len(on_train.students[0].trusted), f_band,
+                   trainer.n_p))
     assert f_val != f_band  # the two estimates differ on this data, so both are checked
     batches = trainer._epoch_batches(np.random.default_rng(0))
     members = [s.trusted.membership(len(tiny_pu.train))[0] for s in trainer.students]
@@ -266,4 +270,59 @@ def test_prior_rest_truth_is_the_true_positive_fraction_left_in_u(tiny_pu):
     unlabelled = tiny_pu.train.unlabelled_indices(tiny_pu.scheme)
     rest = np.setdiff1d(unlabelled, st.trusted.indices)
     assert len(st.trusted) > 0 and len(rest) < len(unlabelled)
+    # the band risk's U' leaves out the labelled positives' copies (case-control)
+    rest = rest[~tiny_pu.train.labelled[rest]]
     assert row["trusted/model/prior_rest_truth"] == pytest.approx(tiny_pu.train.truth[rest].mean())
+
+
+def test_band_rest_rows_leave_out_the_labelled_copies(tiny_pu):
+    """Case-control D_U holds a copy of every labelled positive; the band risk's U' rows
+    must not (they are known positives at every score, not a sample of the band)."""
+    cfg = tiny_config(method="selfpu", selfpu={"warmup_epochs": 0, "rest_risk": "band",
+                                               "reweight": False})
+    trainer = Trainer(cfg, tiny_pu)
+    trainer._select(0)
+    batches = trainer._epoch_batches(np.random.default_rng(0))
+    members = [s.trusted.membership(len(tiny_pu.train))[0] for s in trainer.students]
+    seen_copy = False
+    for batch, lay in zip(batches, trainer._layouts(batches, members, 2)):
+        rows = trainer.entry_base[batch]
+        s_b = trainer.entry_s[batch]
+        copies = (s_b == 0) & tiny_pu.train.labelled[rows]
+        seen_copy |= bool(copies.any())
+        rest = set(lay.rest[0].tolist())
+        assert not rest & set(np.flatnonzero(copies).tolist())
+        want = (s_b == 0) & ~members[0][rows] & ~tiny_pu.train.labelled[rows]
+        assert sorted(rest) == np.flatnonzero(want).tolist()
+    assert seen_copy  # the batches did hold copies
+
+
+def test_band_correction_term_is_unbiased_over_batches():
+    """sum over in-band rows / (labelled rows * f): a batch without an in-band positive adds
+    zero, the others are scaled up, and the mean over batches is the in-band mean."""
+    g = torch.tensor([0.0, 1.0, -1.0, 2.0])  # four labelled positives, rows 1 and 3 in band
+    u = torch.tensor([0.5, -0.5])
+    l_neg = torch.sigmoid(g)  # sigmoid loss l(g, -1) = sigmoid(g)
+    f = 0.5  # half of all labelled positives are in the band
+    full = losses.pu_risk(g, u, 0.4, 0.3, logits_p_neg=g[[1, 3]], p_neg_fraction=f)
+    by_hand = (l_neg[1] + l_neg[3]) / (4 * f)
+    scale = (1 - 0.4) / (1 - 0.3)
+    assert float(full.negative) == pytest.approx(
+        scale * (float(torch.sigmoid(u).mean()) - 0.3 * float(by_hand)))
+    # split into two batches: one holds no in-band positive and adds zero to the term
+    a = losses.pu_risk(g[[0, 2]], u, 0.4, 0.3, logits_p_neg=g[[]], p_neg_fraction=f)
+    b = losses.pu_risk(g[[1, 3]], u, 0.4, 0.3, logits_p_neg=g[[1, 3]], p_neg_fraction=f)
+    assert float(a.negative) == pytest.approx(scale * float(torch.sigmoid(u).mean()))
+    assert (float(a.negative) + float(b.negative)) / 2 == pytest.approx(float(full.negative))
+    # in expectation over batches the term is the mean over the in-band positives
+    assert float(by_hand) == pytest.approx(float(l_neg[[1, 3]].mean()))
+    zero = losses.pu_risk(g, u, 0.4, 0.3, logits_p_neg=g[[1, 3]], p_neg_fraction=0.0)
+    assert float(zero.negative) == pytest.approx(scale * float(torch.sigmoid(u).mean()))
+
+
+def test_band_risk_without_replacement_is_refused():
+    from adni_pu.errors import ConfigError
+    from adni_pu.pu.config import SelfPUConfig
+
+    with pytest.raises(ConfigError, match="replacement=false"):
+        SelfPUConfig(rest_risk="band", replacement=False)

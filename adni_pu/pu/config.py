@@ -105,6 +105,11 @@ class SelfPUConfig:
             raise ConfigError(f"rates={self.rates}: expected one or more numbers in [0, 1]")
         if len(self.rates) > 2:
             raise ConfigError(f"rates={self.rates}: at most two students")
+        if self.rest_risk == "band" and not self.replacement:
+            # kept members are scored by the current model: the band no longer brackets D_U
+            raise ConfigError("rest_risk='band' with replacement=false: the band between the "
+                              "trusted pseudo-negatives and pseudo-positives needs every member "
+                              "chosen by the same scores; expected replacement=true")
         if not 0.0 <= self.ema_decay < 1.0:
             raise ConfigError(f"ema_decay={self.ema_decay}: expected a number in [0, 1)")
 

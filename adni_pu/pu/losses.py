@@ -60,22 +60,31 @@ def pu_risk(
     prior_u: float | None = None,
     weights_u: torch.Tensor | None = None,
     logits_p_neg: torch.Tensor | None = None,
+    p_neg_fraction: float | None = None,
 ) -> PURisk:
     """The two parts of the sigmoid-loss PU risk from labelled-positive and unlabelled logits.
 
     ``weights_u`` (one per unlabelled example) scales each example's contribution to
     E_U[l(g, -1)]; the self-calibration step uses it. ``logits_p_neg``: the labelled
     positives of the correction term pi_u E_P[l(g, -1)] (None: ``logits_p``; empty: the
-    term is zero), while R_p keeps every labelled positive.
+    term is zero), while R_p keeps every labelled positive. ``p_neg_fraction`` f: the
+    ``logits_p_neg`` rows are the batch's labelled rows that belong to a subset holding a
+    known fraction f of all labelled positives, and the term's mean over that subset is
+    estimated without bias as ``sum(l(g, -1)) / (len(logits_p) * f)`` (a batch without such a
+    row then contributes zero, which the 1/f weighting of the others balances); f = 0 makes
+    the term zero.
     """
     prior_u = prior if prior_u is None else prior_u
     scale = (1.0 - prior) / (1.0 - prior_u)
     p_neg = logits_p if logits_p_neg is None else logits_p_neg
     r_p = prior * _mean(sigmoid_loss(logits_p, 1.0), None)
-    r_n = scale * (
-        _mean(sigmoid_loss(logits_u, -1.0), weights_u)
-        - prior_u * _mean(sigmoid_loss(p_neg, -1.0), None)
-    )
+    if p_neg_fraction is None:
+        correction = _mean(sigmoid_loss(p_neg, -1.0), None)
+    elif p_neg_fraction <= 0.0 or logits_p.numel() == 0:
+        correction = p_neg.sum() * 0.0
+    else:
+        correction = sigmoid_loss(p_neg, -1.0).sum() / (logits_p.numel() * p_neg_fraction)
+    r_n = scale * (_mean(sigmoid_loss(logits_u, -1.0), weights_u) - prior_u * correction)
     return PURisk(r_p, r_n)
 
 

@@ -49,7 +49,7 @@ def student_loss(logits: torch.Tensor, *, pos: Any, trusted: Any, rest_u: Any, n
                  phase: int, sp: SelfPUConfig, prior_rest: float, beta: float, gamma: float,
                  trusted_target: Callable[[], torch.Tensor],
                  calibrate: Callable[[torch.Tensor, torch.Tensor], Any] | None,
-                 pos_neg: Any = None,
+                 pos_neg: Any = None, band_fraction: float | None = None,
                  ) -> tuple[torch.Tensor, torch.Tensor, Stats]:
     """Phases 2-3 loss of one student on one batch, without the phase-3 distillation.
 
@@ -84,10 +84,11 @@ def student_loss(logits: torch.Tensor, *, pos: Any, trusted: Any, rest_u: Any, n
         stats.update(w.stats())
     p_neg = None if pos_neg is None else logits[pos_neg]
     risk = losses.pu_risk(logits[pos], u_logits, prior_rest, weights_u=weights_u,
-                          logits_p_neg=p_neg)
+                          logits_p_neg=p_neg, p_neg_fraction=band_fraction)
     decide_on = None
     if weights_u is not None and sp.reweight_risk == "mean-one":
-        decide_on = losses.pu_risk(logits[pos], u_logits, prior_rest, logits_p_neg=p_neg).negative
+        decide_on = losses.pu_risk(logits[pos], u_logits, prior_rest, logits_p_neg=p_neg,
+                                   p_neg_fraction=band_fraction).negative
     pu_obj, fired = losses.nnpu_step_objective(risk, beta, gamma, decide_on)
     frac = n_trusted / n
     loss = frac * ce + (1.0 - frac) * (pu_obj + entropy_term)

@@ -232,6 +232,8 @@ class Trainer:
         self.entry_s = np.concatenate([np.ones(len(p_idx)), np.zeros(len(u_idx))]).astype(np.int64)
         self.n_p, self.n_u = len(p_idx), len(u_idx)
         self.candidates_u = np.flatnonzero(~train.labelled)  # D_U minus labelled positives
+        # labelled positives that D_U also holds (case-control: all of them; censoring: none)
+        self.n_copies = int(train.labelled[u_idx].sum())
         n_students = len(self.sp.rates) if config.method == "selfpu" else 1
         torch.manual_seed(config.seed)
         self.students: list[Student] = []
@@ -383,6 +385,8 @@ class Trainer:
         hidden labels: a diagnostic of the prior correction (recorded, never used)."""
         train = self.data.train
         rest = np.setdiff1d(self.entry_base[self.n_p:], st.trusted.indices)
+        if self.sp.rest_risk == "band":  # the band risk's U' holds no labelled copies
+            rest = rest[~train.labelled[rest]]
         return float(train.truth[rest].mean()) if len(rest) else float("nan")
 
     def _band_fraction(self, model: nn.Module, scores: np.ndarray, trusted: TrustedSet,
@@ -407,8 +411,13 @@ class Trainer:
         inside the band (:meth:`_band_fraction`)."""
         if len(trusted) == 0:
             return self.prior_u
-        if self.sp.rest_risk == "band" and f_band is not None:
-            return band_prior(self.prior_u, self.n_u, len(trusted), f_band)
+        if self.sp.rest_risk == "band":
+            # U' without the labelled positives' copies (they are left out of its rows)
+            if f_band is not None:
+                return band_prior(self.prior_u, self.n_u, len(trusted), f_band, self.n_copies)
+            left = max(self.n_u - self.n_copies - len(trusted), 1)
+            n_pos = int(trusted.pseudo_labels.sum())
+            return clip_prior((self.prior_u * self.n_u - self.n_copies - n_pos) / left)
         if not self.sp.correct_prior:
             return self.prior_u
         n_pos = int(trusted.pseudo_labels.sum())
@@ -499,6 +508,8 @@ class Trainer:
         loss, pu_obj, stats = selfpu_loss.student_loss(
             logits, pos=lay.pos, trusted=trusted, rest_u=lay.rest[k], n=lay.n, phase=phase,
             pos_neg=lay.band_pos[k] if lay.band_pos else None,
+            band_fraction=(len(st.band_pos) / max(self.n_p, 1)
+                           if lay.band_pos and st.band_pos is not None else None),
             sp=sp, prior_rest=st.prior_rest, beta=self.cfg.beta, gamma=self.cfg.gamma,
             trusted_target=lambda: member_target[idx[trusted]], calibrate=calibrate)
         if phase == 3:
@@ -530,7 +541,12 @@ class Trainer:
             in_u = s_all == 0
             for member, st in zip(members, self.students):
                 trusted = in_u & member[self.entry_base[order]]
-                masks = [("trusted", trusted), ("rest", in_u & ~trusted), ("outside", ~trusted)]
+                rest = in_u & ~trusted
+                if self.sp.rest_risk == "band":
+                    # the labelled positives' copies in D_U (case-control) are known positives
+                    # at every score, not a sample of the band: leave them out of U'
+                    rest &= ~self.data.train.labelled[self.entry_base[order]]
+                masks = [("trusted", trusted), ("rest", rest), ("outside", ~trusted)]
                 if self.sp.rest_risk == "band":
                     in_band = np.zeros(len(member), dtype=bool)
                     in_band[slice(None) if st.band_pos is None else st.band_pos] = True

@@ -146,11 +146,14 @@ def band_positives(scores: np.ndarray, labelled: np.ndarray, trusted: TrustedSet
     return np.flatnonzero(inside).astype(np.int64)
 
 
-def band_prior(prior_u: float, n_u: int, n_trusted: int, f_band: float) -> float:
-    """Positive fraction of D_U minus a trusted set of ``n_trusted`` members when a fraction
-    ``f_band`` of the positives lies inside the band: pi_u n_u f_band / (n_u - n_trusted),
-    clipped to [1e-3, 1 - 1e-3]."""
-    return clip_prior(prior_u * n_u * f_band / max(n_u - n_trusted, 1))
+def band_prior(prior_u: float, n_u: int, n_trusted: int, f_band: float,
+               n_copies: int = 0) -> float:
+    """Positive fraction of D_U minus a trusted set of ``n_trusted`` members and minus the
+    ``n_copies`` labelled positives D_U also holds (case-control), when a fraction ``f_band``
+    of the other positives lies inside the band:
+    (pi_u n_u - n_copies) f_band / (n_u - n_copies - n_trusted), clipped to [1e-3, 1 - 1e-3]."""
+    left = max(n_u - n_copies - n_trusted, 1)
+    return clip_prior((prior_u * n_u - n_copies) * f_band / left)
 
 
 def clip_prior(value: float) -> float:
