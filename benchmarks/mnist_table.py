@@ -85,6 +85,7 @@ def load_results(folder: Path, label_from_name: bool = False) -> dict[str, dict[
                              f"{sorted(data['results'])}")
         label = re.sub(r"-s\d+$", "", path.stem) if label_from_name else method
         entry = out.setdefault(label, {"files": [], "schedule": schedule(data["settings"]),
+                                       "selection": data["settings"].get("selection"),
                                        "data": data_settings(data["settings"]),
                                        "seeds": {}, "seed_files": {}})
         for what, value in (("schedule", schedule(data["settings"])),
@@ -109,14 +110,18 @@ FINAL_RULE_KEY = "test_accuracy_final_rule_diagnostic"
 def use_final_rule(entry: dict[str, Any], label: str) -> None:
     """Make the final-model rule's test accuracy (the finalist the validation split chose
     after the last epoch) this label's honest number, in place; its per-example results are
-    not recorded, so paired differences involving it use the t-interval."""
+    not recorded, so paired differences involving it use the t-interval, and its AUC is
+    not known (n/a). Runs made under ``selection = "final"`` already report that model:
+    nothing changes for them, and their per-example results stay."""
+    entry["rule"] = "final"
+    if entry.get("selection") == "final":
+        return
     for seed, record in entry["seeds"].items():
         if record.get(FINAL_RULE_KEY) is None:
             raise TableError(f"{entry['seed_files'][seed]}: seed {seed} of {label!r} has no "
                              f"{FINAL_RULE_KEY!r} (made before the final-model rule existed)")
-        record["test"] = {**record["test"], "accuracy": record[FINAL_RULE_KEY]}
+        record["test"] = {**record["test"], "accuracy": record[FINAL_RULE_KEY], "auc": None}
         record.pop("test_examples", None)
-    entry["rule"] = "final"
 
 
 def method_row(entry: dict[str, Any]) -> dict[str, Any]:
@@ -138,7 +143,7 @@ def method_row(entry: dict[str, Any]) -> dict[str, Any]:
         **entry["schedule"],
         "test_accuracy": pct([r["test"]["accuracy"] for r in records]),
         "test_accuracy_test_selected": pct([r["test_accuracy_test_selected"] for r in records]),
-        "test_auc": pct([r["test"]["auc"] for r in records]),
+        "test_auc": pct([r["test"].get("auc") for r in records]),
         "seconds_per_epoch": {p: summarise([r["seconds_per_epoch"][p] for r in records
                                             if p in r["seconds_per_epoch"]]) for p in phases},
         "nn_correction_share": summarise(shares) if shares else None,

@@ -13,6 +13,9 @@ Each job runs as ``adni-pu benchmark ARGS --out RUNS/NAME [--time-limit M]``, it
 ``RUNS/NAME.log``. Jobs whose ``results.json`` exists are skipped. At the end the small files
 of every run folder (results, per-seed result, metrics.csv, settings, progress) are packed
 into one ``.tar.xz`` so they can travel; checkpoints are left out unless ``--with-checkpoints``.
+The status lines (and the wall time of each job) are also appended to
+``RUNS/parallel_runs.log``. The exit status is 1 when a job failed (a job paused by its
+time limit, exit 75, is not a failure).
 
     python benchmarks/parallel_runs.py JOBS --runs runs/par --jobs 12 --time-limit 8 \
         --pack $OUT/runs.tar.xz
@@ -38,10 +41,10 @@ def read_jobs(path: Path) -> list[tuple[str, list[str]]]:
     """``(name, benchmark arguments)`` of every job line of ``path``."""
     jobs = []
     for number, line in enumerate(path.read_text().splitlines(), 1):
-        line = line.split("#", 1)[0].strip()
-        if not line:
+        words = shlex.split(line, comments=True)
+        if not words:
             continue
-        name, *args = shlex.split(line)
+        name, *args = words
         if not args:
             raise SystemExit(f"{path}:{number}: job {name!r} has no benchmark arguments")
         jobs.append((name, args))
@@ -99,21 +102,30 @@ def main() -> int:
     jobs = read_jobs(a.jobs_file)
     if a.only:
         wanted = set(a.only.split(","))
+        unknown = sorted(wanted - {n for n, _ in jobs})
+        if unknown:
+            raise SystemExit(f"{a.jobs_file}: --only names {unknown} are not jobs of the file")
         jobs = [j for j in jobs if j[0] in wanted]
     a.runs.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
-    with ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
+    failed = 0
+    with ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool, \
+            (a.runs / "parallel_runs.log").open("a") as log:
+        print(f"# {time.strftime('%Y-%m-%dT%H:%M:%S')} {len(jobs)} jobs, {a.jobs} at a time, "
+              f"time limit {a.time_limit} min: {' '.join(sys.argv)}", file=log, flush=True)
         futures = [pool.submit(run_job, n, args, a.runs, a.time_limit, a.threads)
                    for n, args in jobs]
         for future in futures:
             name, rc, seconds = future.result()
+            failed += rc not in (0, 75)
             state = {0: "done", 75: "paused (time limit)"}.get(rc, f"failed (exit {rc})")
-            print(f"{name}: {state} after {seconds:.0f} s "
-                  f"[{time.monotonic() - start:.0f} s]", flush=True)
+            line = f"{name}: {state} after {seconds:.0f} s [{time.monotonic() - start:.0f} s]"
+            print(line, flush=True)
+            print(line, file=log, flush=True)
     if a.pack is not None:
         pack(a.runs, a.pack, a.with_checkpoints)
         print(f"packed {a.pack} ({a.pack.stat().st_size / 2**20:.1f} MiB)")
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@ reads the per-epoch rows the trainer wrote and reports, per seed:
   and that score;
 - at the last epoch, the validation score of every candidate (teachers once they exist,
   else students, else the one model) and the candidate the validation split prefers there
-  ("final" rule: a handful of finalists, one comparison);
+  ("final" rule: a handful of finalists, one comparison; the trainer's own record of them,
+  the teachers' average included, where the run folder's ``selection.json`` has it);
 - the share of batches where Kiryo's correction fired (mean over epochs and models) and
   the mean seconds per epoch of each phase;
 - test accuracy of each pick, read from the ``test_diagnostic`` columns. These are
@@ -80,6 +81,10 @@ def summarise_seed(seed_dir: Path, criterion: str = "pu_risk") -> dict[str, Any]
                 if k.startswith("student") or k == "model"}
     finalists = teachers or students
     pick = (min if lower else max)(finalists, key=lambda k: (finalists[k], k)) if finalists else None
+    each = {k: test(last, k) for k in finalists}
+    recorded = _recorded_finalists(seed_dir, criterion)
+    if recorded is not None:  # the trainer's own finalists (the teachers' average included)
+        finalists, pick, each = recorded
     fired = [_float(v) for row in rows for k, v in row.items() if k.endswith("/nn_correction")]
     fired = [v for v in fired if v is not None]
     tests = [_float(v) for row in rows for k, v in row.items() if k.startswith("test_diagnostic/")]
@@ -100,13 +105,32 @@ def summarise_seed(seed_dir: Path, criterion: str = "pu_risk") -> dict[str, Any]
             "val_scores": finalists,
             "model": pick,
             "val_score": finalists.get(pick) if pick else None,
-            "test_accuracy": test(last, pick) if pick else None,
-            "test_accuracy_each": {k: test(last, k) for k in finalists},
+            "test_accuracy": each.get(pick) if pick else None,
+            "test_accuracy_each": each,
         },
         "nn_correction_share": statistics.fmean(fired) if fired else None,
         "test_accuracy_test_selected": max(tests) if tests else None,
         "seconds_per_epoch": {k: round(statistics.fmean(v), 3) for k, v in seconds.items()},
     }
+
+
+def _recorded_finalists(seed_dir: Path, criterion: str
+                        ) -> tuple[dict[str, float], str, dict[str, float | None]] | None:
+    """The finalists the trainer recorded (``selection.json``; their test accuracies from
+    ``result.json``), when the run wrote them under this criterion; else None."""
+    path = seed_dir / "selection.json"
+    if not path.is_file():
+        return None
+    selection = json.loads(path.read_text())
+    final = selection.get("finalists")
+    if not final or selection.get("val_criterion", criterion) != criterion:
+        return None
+    result_path = seed_dir / "result.json"
+    tests: dict[str, Any] = {}
+    if result_path.is_file():
+        tests = json.loads(result_path.read_text()).get("test_accuracy_finalists_diagnostic") or {}
+    return (dict(final["val_scores"]), final["choice"],
+            {k: tests.get(k) for k in final["val_scores"]})
 
 
 def summarise(roots: list[Path], criterion: str = "pu_risk") -> dict[str, Any]:

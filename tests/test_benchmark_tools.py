@@ -92,3 +92,44 @@ def test_val_summary_reads_validation_for_both_rules(tmp_path: Path) -> None:
     text = summary_mod.markdown({"run": {"seed0": out}})
     assert "| run | seed0 | 2 (cut short) | 0.1200 (1, teacher2) |" in text
     json.dumps(out)  # serialisable as the tuning log's JSON
+
+
+def test_val_summary_takes_the_trainers_own_finalists_when_recorded(tmp_path: Path) -> None:
+    summary_mod = _script("val_summary")
+    seed = tmp_path / "root" / "run" / "seed0"
+    _metrics(seed, [{"epoch": 0, "val/teacher1/pu_risk": 0.15, "val/teacher2/pu_risk": 0.12,
+                     "selected/candidate": "teacher2", "selected/score": 0.12,
+                     "test_diagnostic/teacher1/accuracy": 0.95,
+                     "test_diagnostic/teacher2/accuracy": 0.85}])
+    (seed / "selection.json").write_text(json.dumps({
+        "val_criterion": "pu_risk", "finalists": {
+            "epoch": 0, "choice": "average",
+            "val_scores": {"teacher1": 0.15, "teacher2": 0.12, "average": 0.11}}}))
+    (seed / "result.json").write_text(json.dumps({"test_accuracy_finalists_diagnostic": {
+        "teacher1": 0.95, "teacher2": 0.85, "average": 0.91}}))
+    final = summary_mod.summarise([tmp_path / "root"])["run"]["seed0"]["final_rule"]
+    assert final["model"] == "average" and final["val_score"] == 0.11
+    assert final["test_accuracy"] == 0.91
+
+
+def test_parallel_runs_reports_failed_jobs_and_logs_them(tmp_path: Path, monkeypatch) -> None:
+    runner = _script("parallel_runs")
+    jobs = tmp_path / "jobs.txt"
+    jobs.write_text("ok mnist '#not-a-comment'\nbad mnist\n")
+    assert runner.read_jobs(jobs)[0] == ("ok", ["mnist", "#not-a-comment"])
+    calls = []
+
+    def fake_call(cmd, stdout, stderr, env):  # the benchmark command, without running it
+        calls.append(cmd)
+        return 0 if "ok" in cmd[-1] else 2
+
+    monkeypatch.setattr(runner.subprocess, "call", fake_call)
+    runs = tmp_path / "runs"
+    monkeypatch.setattr("sys.argv", ["parallel_runs.py", str(jobs), "--runs", str(runs)])
+    assert runner.main() == 1  # one job failed
+    log = (runs / "parallel_runs.log").read_text()
+    assert "ok: done" in log and "bad: failed (exit 2)" in log
+    assert calls[0][-2:] == ["--out", str(runs / "ok")]
+    monkeypatch.setattr("sys.argv", ["parallel_runs.py", str(jobs), "--only", "nope"])
+    with pytest.raises(SystemExit, match="nope"):
+        runner.main()

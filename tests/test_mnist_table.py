@@ -179,3 +179,25 @@ def test_labels_from_file_names_and_the_final_rule(table, tmp_path):
     assert pair["value"] == pytest.approx(-15.0) and pair["interval"].startswith("t-interval")
     with pytest.raises(table.TableError, match="--final-rule nope"):
         table.build(runs, [], label_from_name=True, final_rule=("nope",))
+
+
+def test_final_rule_rows_drop_the_other_models_auc_and_keep_runs_made_final(table, tmp_path):
+    runs = tmp_path / "fin"
+    runs.mkdir()
+    path = _write(runs, "selfpu", {0: 0.90}, selfpu=SP, name="selfpu-s0")
+    data = json.loads(path.read_text())
+    data["per_seed"][0]["test_accuracy_final_rule_diagnostic"] = 0.95
+    path.write_text(json.dumps(data))
+    _, record = table.build(runs, [], label_from_name=True, final_rule=("selfpu",))
+    row = record["rows"]["selfpu"]
+    assert row["test_accuracy"]["mean"] == pytest.approx(95.0)
+    assert row["test_auc"]["n"] == 0  # the AUC was the best-epoch model's: not reported
+    # a run made under selection = "final" already reports the final model: kept as it is
+    data["settings"]["selection"] = "final"
+    data["per_seed"][0]["test_examples"] = {"n": 1, "truth": "AA==", "correct": "AA=="}
+    path.write_text(json.dumps(data))
+    entries = table.load_results(runs, label_from_name=True)
+    table.use_final_rule(entries["selfpu"], "selfpu")
+    kept = entries["selfpu"]["seeds"][0]
+    assert kept["test"]["accuracy"] == 0.90 and kept["test_examples"]
+    assert entries["selfpu"]["rule"] == "final"

@@ -326,3 +326,4 @@ def test_band_risk_without_replacement_is_refused():
 
     with pytest.raises(ConfigError, match="replacement=false"):
         SelfPUConfig(rest_risk="band", replacement=False)
+

@@ -399,9 +399,6 @@ class Trainer:
         val = self.data.val
         t_lo, t_hi = score_band(scores, trusted)
         val_scores = sigmoid(self.predict_logits(model, val))[val.labelled]
-        if not len(val_scores):
-            raise cfgmod.ConfigError("selfpu.band_prior = 'validation' needs labelled "
-                                     "positives in the validation split; it has none")
         return float(((val_scores > t_lo) & (val_scores < t_hi)).mean())
 
     def _prior_rest(self, trusted: TrustedSet, f_band: float | None = None) -> float:
