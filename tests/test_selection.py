@@ -123,20 +123,28 @@ def test_best_epoch_rule_also_records_the_finalists(tiny_pu):
     assert trainer.best["epoch"] == min(rows)[1]
 
 
-@pytest.mark.parametrize("selection", ["best_epoch", "final"])
-def test_no_decision_reads_the_test_split(tiny_pu, selection):
+EVERY_FIX = {"rest_risk": "band", "band_prior": "validation", "reweight": True,
+             "reweight_risk": "mean-one"}
+
+
+@pytest.mark.parametrize("selection, fixes", [
+    ("best_epoch", {}), ("final", {}), ("final", EVERY_FIX)])
+def test_no_decision_reads_the_test_split(tiny_pu, selection, fixes):
     """Same training and validation data, a test split of noise with flipped labels: every
     selection, every kept state and every validation value are the same, with the test
-    diagnostic off or on."""
+    diagnostic off or on (also with the meta step, the band risk measured on validation
+    positives, mean-one weights and positive oversampling)."""
     scrambled = copy.copy(tiny_pu)
     test = copy.copy(tiny_pu.test)
     test.x = torch.randn_like(test.x) * 100
     test.truth = 1 - test.truth
     scrambled.test = test
-    sp = {"teacher_average": "uniform", "teacher_bn": "recompute"}
+    sp = {"teacher_average": "uniform", "teacher_bn": "recompute", **fixes}
+    share = {"positive_share": 0.25} if fixes else {}
     runs = []
     for data, track in ((tiny_pu, False), (scrambled, False), (scrambled, True)):
-        trainer = Trainer(selfpu(selection=selection, track_test=track, selfpu=sp), data)
+        trainer = Trainer(selfpu(selection=selection, track_test=track, selfpu=sp, **share),
+                          data)
         runs.append((trainer, trainer.fit()))
     (a, fa), *others = runs
     for b, fb in others:
