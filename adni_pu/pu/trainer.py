@@ -403,9 +403,10 @@ class Trainer:
 
     def _prior_rest(self, trusted: TrustedSet, f_band: float | None = None) -> float:
         """Positive fraction of D_U once the trusted set is taken out: the prior correction
-        (``correct_prior``), or with ``rest_risk="band"`` and ``band_prior`` "validation" or
-        "training" pi_u n_u f_band / |U'| where f_band is the fraction of labelled positives
-        inside the band (:meth:`_band_fraction`)."""
+        (``correct_prior``). With ``rest_risk="band"`` U' also leaves out the labelled
+        positives' copies in D_U, and the fraction is counted from the pseudo-labels
+        (``band_prior="count"``) or is (pi_u n_u - copies) f_band / |U'|, f_band the fraction
+        of labelled positives inside the band (:meth:`_band_fraction`)."""
         if len(trusted) == 0:
             return self.prior_u
         if self.sp.rest_risk == "band":
