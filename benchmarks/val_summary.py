@@ -9,6 +9,8 @@ reads the per-epoch rows the trainer wrote and reports, per seed:
   else students, else the one model) and the candidate the validation split prefers there
   ("final" rule: a handful of finalists, one comparison; the trainer's own record of them,
   the teachers' average included, where the run folder's ``selection.json`` has it);
+- Self-PU's ``prior_rest`` (the positive fraction assumed for D_U minus the trusted set) at
+  each epoch where it changed, per student;
 - the share of batches where Kiryo's correction fired (mean over epochs and models) and
   the mean seconds per epoch of each phase;
 - test accuracy of each pick, read from the ``test_diagnostic`` columns. These are
@@ -89,6 +91,17 @@ def summarise_seed(seed_dir: Path, criterion: str = "pu_risk") -> dict[str, Any]
     fired = [v for v in fired if v is not None]
     tests = [_float(v) for row in rows for k, v in row.items() if k.startswith("test_diagnostic/")]
     tests = [v for v in tests if v is not None]
+    priors: dict[str, dict[str, float]] = {}  # at each epoch where a prior_rest changed
+    previous: dict[str, float] = {}
+    for row in rows:
+        for key, value in row.items():
+            parts = key.split("/")
+            if len(parts) != 3 or parts[0] != "trusted" or parts[2] != "prior_rest":
+                continue
+            v = _float(value)
+            if v is not None and previous.get(parts[1]) != v:
+                previous[parts[1]] = v
+                priors.setdefault(row["epoch"], {})[parts[1]] = v
     seconds: dict[str, list[float]] = {}
     for row in rows:
         value = _float(row.get("time/epoch_seconds"))
@@ -111,6 +124,7 @@ def summarise_seed(seed_dir: Path, criterion: str = "pu_risk") -> dict[str, Any]
         "nn_correction_share": statistics.fmean(fired) if fired else None,
         "test_accuracy_test_selected": max(tests) if tests else None,
         "seconds_per_epoch": {k: round(statistics.fmean(v), 3) for k, v in seconds.items()},
+        "prior_rest_at_selections": priors,
     }
 
 

@@ -75,8 +75,10 @@ def test_val_summary_reads_validation_for_both_rules(tmp_path: Path) -> None:
          "selected/candidate": "teacher2", "selected/score": 0.12,
          "test_diagnostic/student1/accuracy": 0.99, "test_diagnostic/teacher1/accuracy": 0.95,
          "test_diagnostic/teacher2/accuracy": 0.85,
-         "train/student1/nn_correction": 1.0, "train/student2/nn_correction": 0.5},
+         "train/student1/nn_correction": 1.0, "train/student2/nn_correction": 0.5,
+         "trusted/student1/prior_rest": 0.45},
     ]
+    rows[0]["trusted/student1/prior_rest"] = 0.49
     _metrics(seed, rows)
     out = summary_mod.summarise([tmp_path / "root"])["run"]["seed0"]
     assert out["complete"] is False and out["epochs_done"] == 2
@@ -89,6 +91,7 @@ def test_val_summary_reads_validation_for_both_rules(tmp_path: Path) -> None:
     assert out["final_rule"]["test_accuracy_each"] == {"teacher1": 0.95, "teacher2": 0.85}
     assert out["nn_correction_share"] == pytest.approx(0.5)
     assert out["test_accuracy_test_selected"] == 0.99
+    assert out["prior_rest_at_selections"] == {"0": {"student1": 0.49}, "1": {"student1": 0.45}}
     text = summary_mod.markdown({"run": {"seed0": out}})
     assert "| run | seed0 | 2 (cut short) | 0.1200 (1, teacher2) |" in text
     json.dumps(out)  # serialisable as the tuning log's JSON
