@@ -83,12 +83,39 @@ def reference_on_validation(folds: list[Path]) -> dict:
             "val_rows_with_truth": int(len(rows))}
 
 
+def train_fit(runs: Path, folds: list[Path]) -> dict:
+    """AUC of each fold's selected model on its own training split, for the PU label
+    (what naive learns) and for the truth: tells under-fitting from over-fitting."""
+    import pandas as pd
+
+    from adni_pu.data.volumes import build_volume_dataset
+    from adni_pu.pu.metrics import binary_metrics
+    from adni_pu.workflows.train import load_run, score_dataset
+
+    out: dict = {"runs": str(runs), "split": "train", "pu_label_auc": [], "truth_auc": []}
+    for k, path in enumerate(folds):
+        cfg, model, _ = load_run(runs / f"fold{k}", "cpu")
+        frame = pd.read_csv(path, dtype={"subject_id": str})
+        rows = frame[frame["split"] == "train"]
+        dataset = build_volume_dataset(frame, "train", cfg.data, train=False,
+                                       base_dir=path.parent)
+        logits = score_dataset(model, dataset, max(cfg.train.batch_size, 2))
+        for key, column in (("pu_label_auc", "pu_label"), ("truth_auc", "truth")):
+            known = rows[column].notna().to_numpy()
+            out[key].append(round(float(binary_metrics(
+                logits[known], rows[column].to_numpy(float)[known])["auc"]), 3))
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", type=Path, required=True, help="a demo folder (made if absent)")
     p.add_argument("--seed", type=int, required=True, help="the cohort's (and training) seed")
     p.add_argument("--subjects", type=int, default=48)
     p.add_argument("--prepare-only", action="store_true")
+    p.add_argument("--train-fit", action="store_true",
+                   help="score the selected models of candidate --name on their own training "
+                   "split (does the model fit what it was trained on?)")
     p.add_argument("--reference", action="store_true",
                    help="score the logistic-regression reference on the validation splits")
     p.add_argument("--name", default="default", help="the candidate's name (its run folders)")
@@ -101,6 +128,10 @@ def main() -> None:
 
     folds = prepare(args.data, args.seed, args.subjects)
     if args.prepare_only:
+        return
+    if args.train_fit:
+        for method in args.methods:
+            print(json.dumps(train_fit(args.data / "tune" / args.name / method, folds)))
         return
     if args.reference:
         print(json.dumps(reference_on_validation(folds)))
