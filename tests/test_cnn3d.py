@@ -73,3 +73,22 @@ def test_a_few_steps_lower_the_loss():
         optimizer.step()
         losses.append(loss.item())
     assert losses[-1] < 0.6 * losses[0]
+
+
+def test_global_pool_keeps_one_mean_per_channel():
+    """``global_pool``: each branch gives its last block's channel means (few FC inputs),
+    so the FC layer's size no longer grows with the input size."""
+    model = build_cnn3d("paper", channels=(4, 8), hidden=16, global_pool=True).eval()
+    assert model.n_features == 3 * 8
+    linear = [m for m in model.classifier if isinstance(m, torch.nn.Linear)]
+    assert (linear[0].in_features, linear[0].out_features) == (24, 16)
+    b = _batch(2, 50, 30)
+    with torch.no_grad():
+        out = model(b)
+        feats = model.branches["hipp_l"](b["hipp_l"])
+        blocks = model.branches["hipp_l"].blocks[:-1](b["hipp_l"])
+    assert out.shape == (2,)
+    assert torch.allclose(feats, blocks.mean(dim=(2, 3, 4)))
+    small = build_cnn3d("paper", channels=(4, 8), hidden=16, global_pool=True,
+                        brain_size=24, hipp_size=16)
+    assert small.n_features == model.n_features

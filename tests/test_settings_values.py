@@ -71,9 +71,10 @@ def test_demo_settings_as_values_resolve_as_the_set_strings_did(tmp_path):
     from adni_pu.workflows.demo import method_settings
 
     cache = tmp_path / "cache"
-    as_text = ["train.batch_size=16", "train.eval_batch_size=16", "train.lr=0.001",
+    as_text = ["train.batch_size=8", "train.eval_batch_size=16", "train.lr=0.001",
                "train.progress=false", "train.model_args.channels=[8, 16]",
-               "train.model_args.hidden=64", "bootstrap=0", "train.epochs=8",
+               "train.model_args.hidden=64", "train.model_args.global_pool=true",
+               "data.brain_size=[40, 40, 40]", "bootstrap=0", "train.epochs=8",
                'data.cache="disk"', f'data.cache_dir="{cache.resolve()}"', "train.threads=2",
                "train.seed=3", "train.selfpu.warmup_epochs=2",
                "train.selfpu.self_paced_end=5", "train.selfpu.select_every=1",

@@ -41,7 +41,8 @@ class Branch3D(nn.Module):
     """Conv3d - BN - ReLU - MaxPool blocks, flattened at the end."""
 
     def __init__(self, in_channels: int, channels: Sequence[int], kernel_size: int = 3,
-                 padding: int = 0, pool_size: int = 3, pool_stride: int = 2) -> None:
+                 padding: int = 0, pool_size: int = 3, pool_stride: int = 2,
+                 global_pool: bool = False) -> None:
         super().__init__()
         layers: list[nn.Module] = []
         cin = in_channels
@@ -52,10 +53,13 @@ class Branch3D(nn.Module):
                 nn.MaxPool3d(pool_size, stride=pool_stride),
             ]
             cin = cout
+        if global_pool:
+            layers.append(nn.AdaptiveAvgPool3d(1))
         self.blocks = nn.Sequential(*layers)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Features of ``x`` (B x C x D x H x W), flattened to B x F."""
+        """Features of ``x`` (B x C x D x H x W), flattened to B x F (F = C with
+        ``global_pool``: the mean of each channel over the volume)."""
         return self.blocks(x).flatten(1)
 
 
@@ -70,7 +74,8 @@ class ThreeBranchCNN3D(nn.Module):
     def __init__(self, channels: Sequence[int] = (16, 32), hidden: int = 256,
                  brain_size: int | Sequence[int] = 50, hipp_size: int | Sequence[int] = 30,
                  in_channels: int = 1, kernel_size: int = 3, padding: int = 0,
-                 pool_size: int = 3, pool_stride: int = 2, dropout: float = 0.0) -> None:
+                 pool_size: int = 3, pool_stride: int = 2, dropout: float = 0.0,
+                 global_pool: bool = False) -> None:
         super().__init__()
         channels = tuple(int(c) for c in channels)
         if not channels or any(c < 1 for c in channels):
@@ -93,9 +98,10 @@ class ThreeBranchCNN3D(nn.Module):
                 raise ConfigError(
                     f"{name} input of {size} voxels is too small for {len(channels)} "
                     f"conv/pool blocks (kernel {kernel_size}, pool {pool_size}/{pool_stride})")
-            n_features += channels[-1] * sides[0] * sides[1] * sides[2]
+            n_features += channels[-1] * (1 if global_pool else sides[0] * sides[1] * sides[2])
         self.branches = nn.ModuleDict(
-            {name: Branch3D(in_channels, channels, **geometry) for name in BRANCHES})
+            {name: Branch3D(in_channels, channels, global_pool=global_pool, **geometry)
+             for name in BRANCHES})
         self.n_features = n_features
         head: list[nn.Module] = [nn.Linear(n_features, hidden), nn.BatchNorm1d(hidden),
                                  nn.ReLU(inplace=True)]
