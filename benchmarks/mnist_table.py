@@ -86,6 +86,7 @@ def load_results(folder: Path, label_from_name: bool = False) -> dict[str, dict[
         label = re.sub(r"-s\d+$", "", path.stem) if label_from_name else method
         entry = out.setdefault(label, {"files": [], "schedule": schedule(data["settings"]),
                                        "selection": data["settings"].get("selection"),
+                                       "selfpu": data["settings"].get("selfpu") is not None,
                                        "data": data_settings(data["settings"]),
                                        "seeds": {}, "seed_files": {}})
         for what, value in (("schedule", schedule(data["settings"])),
@@ -305,10 +306,18 @@ def render(rows: dict[str, dict[str, Any]], paired: list[dict[str, Any]], ablati
 
 def build(folder: Path, pairs: list[tuple[str, str]], ablation: bool = False,
           allow_mixed: bool = False, command: str = "", label_from_name: bool = False,
-          final_rule: tuple[str, ...] = ()) -> tuple[str, dict[str, Any]]:
+          final_rule: tuple[str, ...] = (), protocol: bool = False
+          ) -> tuple[str, dict[str, Any]]:
     """Markdown and JSON of the table of ``folder``'s results files; the labels named in
-    ``final_rule`` report the final-model rule's test accuracy (docs/selfpu.md)."""
+    ``final_rule`` report the final-model rule's test accuracy (docs/selfpu.md). With
+    ``protocol`` the benchmark protocol decides instead: every Self-PU row (a file with
+    Self-PU settings) by the final rule, every baseline by its run's own selection."""
     entries = load_results(folder, label_from_name)
+    if protocol:
+        if final_rule:
+            raise TableError("--protocol and --final-rule: choose one (the protocol names "
+                             "every Self-PU row itself)")
+        final_rule = tuple(label for label, e in entries.items() if e["selfpu"])
     for label in final_rule:
         if label not in entries:
             raise TableError(f"--final-rule {label}: no results for it; found {sorted(entries)}")
@@ -348,6 +357,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="label = file name without -s<seed> (rows that differ by --set only)")
     p.add_argument("--final-rule", action="append", default=[], metavar="LABEL",
                    help="report LABEL by the final-model rule's test accuracy (repeatable)")
+    p.add_argument("--protocol", action="store_true",
+                   help="the benchmark protocol: every Self-PU row by the final rule, the "
+                        "baselines by their runs' own selection (instead of --final-rule)")
     args = p.parse_args(argv)
 
     from adni_pu.fileio import atomic_write_text
@@ -357,7 +369,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.argv[1:] if argv is None else argv)
     try:
         text, record = build(args.folder, args.pair, args.ablation, args.allow_mixed_schedule,
-                             command, args.label_from_name, tuple(args.final_rule))
+                             command, args.label_from_name, tuple(args.final_rule),
+                             args.protocol)
     except TableError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -201,3 +201,20 @@ def test_final_rule_rows_drop_the_other_models_auc_and_keep_runs_made_final(tabl
     kept = entries["selfpu"]["seeds"][0]
     assert kept["test"]["accuracy"] == 0.90 and kept["test_examples"]
     assert entries["selfpu"]["rule"] == "final"
+
+
+def test_protocol_applies_the_final_rule_to_every_selfpu_row(table, tmp_path):
+    runs = tmp_path / "proto"
+    runs.mkdir()
+    for name, method, selfpu_settings in (("nnpu-s0", "nnpu", None), ("sp-s0", "sp", SP)):
+        path = _write(runs, method, {0: 0.90}, selfpu=selfpu_settings, name=name)
+        data = json.loads(path.read_text())
+        data["per_seed"][0]["test_accuracy_final_rule_diagnostic"] = 0.80
+        path.write_text(json.dumps(data))
+    _, record = table.build(runs, [], label_from_name=True, protocol=True)
+    assert record["rows"]["sp"]["rule"] == "final"
+    assert record["rows"]["sp"]["test_accuracy"]["mean"] == pytest.approx(80.0)
+    assert record["rows"]["nnpu"]["rule"] != "final"
+    assert record["rows"]["nnpu"]["test_accuracy"]["mean"] == pytest.approx(90.0)
+    with pytest.raises(table.TableError, match="choose one"):
+        table.build(runs, [], label_from_name=True, protocol=True, final_rule=("sp",))
