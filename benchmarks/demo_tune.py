@@ -145,7 +145,6 @@ def main() -> None:
     import pandas as pd
 
     from adni_pu.cohort import read_manifest
-    from adni_pu.fileio import atomic_write_text
     from adni_pu.pu.metrics import binary_metrics
     from adni_pu.workflows.demo import DEMO_TRAINING, demo_prior, method_settings
     from adni_pu.workflows.train import load_volume_config, train_volumes
@@ -182,8 +181,9 @@ def main() -> None:
             "best_epochs": best, "seconds": round(time.perf_counter() - tic, 1),
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
         print(json.dumps(record))
-        old = log_path.read_text() if log_path.is_file() else ""
-        atomic_write_text(log_path, old + json.dumps(record) + "\n")
+        # one appended line (candidates run side by side: a read-and-rewrite could drop one)
+        with log_path.open("a") as handle:
+            handle.write(json.dumps(record) + "\n")
 
 
 if __name__ == "__main__":

@@ -55,10 +55,12 @@ def test_bad_settings_are_refused():
         build_cnn3d(brain_size=24, hipp_size=16)({"brain": torch.zeros(1), "hipp_l": 0})
 
 
-def test_a_few_steps_lower_the_loss():
+@pytest.mark.parametrize("global_pool", [False, True])
+def test_a_few_steps_lower_the_loss(global_pool):
     """Tiny volumes whose label is the brightness of the left hippocampus box."""
     torch.manual_seed(0)
-    model = build_cnn3d("paper", brain_size=16, hipp_size=14, hidden=32)
+    model = build_cnn3d("paper", brain_size=16, hipp_size=14, hidden=32,
+                        global_pool=global_pool)
     x = _batch(8, 16, 14)
     y = (torch.arange(8) % 2).float()
     x["hipp_l"] = x["hipp_l"] + y.view(-1, 1, 1, 1, 1)

@@ -40,7 +40,7 @@ FAST_PREPROCESSING: dict[str, Any] = {
 # Training settings of the small budget, as values (the user's --set overrides come after);
 # chosen on validation splits only (benchmarks/results/demo-tuning-log.md, steps 8-12): a
 # slim CNN whose branches end in a global average pool (3 x 16 features into the head, not
-# about 13,000), batch 8 (3-4 optimiser steps per epoch on about 25 training scans) and the
+# about 20,000 at 50^3), batch 8 (3-4 optimiser steps per epoch on about 25 training scans) and the
 # whole brain at 40^3 (the time that buys goes to more epochs).
 DEMO_TRAINING: dict[str, Any] = {
     "train": {"batch_size": 8, "eval_batch_size": 16, "lr": 0.001, "progress": False,
