@@ -32,7 +32,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-LOWER_IS_BETTER = {"pu_risk": True, "pu_zero_one": True, "pu_auc": False, "pn_accuracy": False}
+from adni_pu.pu.trainer import LOWER_IS_BETTER  # the trainer's own criteria
 
 
 def _float(value: str | None) -> float | None:

@@ -222,15 +222,10 @@ def test_selfpu_with_all_three_settings_trains_and_resumes_exactly(tiny_pu, tmp_
     assert "train/student1/pu_weight_mean" in rows[1]
     assert rows[1]["train/student1/pu_weight_mean"] == pytest.approx(1.0)
 
+    from test_trainer import _interrupt_after
+
     interrupted = Trainer(cfg, tiny_pu, tmp_path / "resumed")
-    original = interrupted.train_epoch
-
-    def train_epoch(epoch, *args, **kwargs):
-        if epoch == 3:  # phase 3: no selection, the band comes from the checkpoint
-            raise KeyboardInterrupt
-        return original(epoch, *args, **kwargs)
-
-    interrupted.train_epoch = train_epoch  # type: ignore[method-assign]
+    _interrupt_after(interrupted, 3)  # phase 3: no selection, the band comes from the checkpoint
     with pytest.raises(KeyboardInterrupt):
         interrupted.fit()
     resumed = Trainer(cfg, tiny_pu, tmp_path / "resumed")

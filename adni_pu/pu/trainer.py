@@ -409,17 +409,16 @@ class Trainer:
         of labelled positives inside the band (:meth:`_band_fraction`)."""
         if len(trusted) == 0:
             return self.prior_u
-        if self.sp.rest_risk == "band":
-            # U' without the labelled positives' copies (they are left out of its rows)
-            if f_band is not None:
-                return band_prior(self.prior_u, self.n_u, len(trusted), f_band, self.n_copies)
-            left = max(self.n_u - self.n_copies - len(trusted), 1)
-            n_pos = int(trusted.pseudo_labels.sum())
-            return clip_prior((self.prior_u * self.n_u - self.n_copies - n_pos) / left)
-        if not self.sp.correct_prior:
+        band = self.sp.rest_risk == "band"
+        # the band risk's U' also leaves out the labelled positives' copies
+        copies = self.n_copies if band else 0
+        if band and f_band is not None:
+            return band_prior(self.prior_u, self.n_u, len(trusted), f_band, copies)
+        if not band and not self.sp.correct_prior:
             return self.prior_u
         n_pos = int(trusted.pseudo_labels.sum())
-        return clip_prior((self.prior_u * self.n_u - n_pos) / max(self.n_u - len(trusted), 1))
+        left = max(self.n_u - copies - len(trusted), 1)
+        return clip_prior((self.prior_u * self.n_u - copies - n_pos) / left)
 
     # ------------------------------------------------------------------ losses
 
