@@ -1,22 +1,32 @@
-"""Tune ``adni-pu demo``'s training settings on VALIDATION predictions only.
+"""Tune ``adni-pu demo``'s training settings on TUNING cohorts, never the measured ones.
 
 Builds (or reuses) a demo folder's synthetic cohort, preprocessed scans and fold manifests
 (the demo's own stages 1-3), then trains the chosen methods on every fold with the demo's
 settings (``DEMO_TRAINING`` as it is now, recorded with each result) plus ``--set``
-overrides and scores each fold's validation split, never its test split (no test
-prediction is made)::
+overrides and scores each fold's validation split. With ``--heldout`` it also scores each
+fold's held-out split, pooled as the demo pools it: on a tuning cohort (seeds 100 and up,
+never a measured seed) these subjects chose nothing, so their AUC is an unbiased score of
+the candidate, unlike the validation AUC (the validation split also chose the epoch)::
 
     # stages 1-3 only (a tuning cohort; seed 100 is never one of the measured seeds)
     python benchmarks/demo_tune.py --data runs/tune-s100 --seed 100 --prepare-only
     # one candidate: naive and nnPU, 12 epochs, learning rate 3e-3
     python benchmarks/demo_tune.py --data runs/tune-s100 --seed 100 --name lr3 \\
         --methods naive nnpu --epochs 12 --set train.lr=0.003
+    # nnPU with the same change, also scored on the tuning cohort's held-out folds
+    python benchmarks/demo_tune.py --data runs/tune-s100 --seed 100 --name lr3 --heldout \\
+        --methods nnpu --set train.lr=0.003
+    # two candidates' held-out AUC, paired over (cohort, training seed) runs and subjects
+    python benchmarks/demo_tune.py --compare lr3,lr3t1 default,defaultt1
 
 Per method it prints and appends to ``benchmarks/results/demo-tuning.jsonl``: the
 validation AUC for amyloid status (truth) pooled over the folds' validation rows (a
 subject can sit in the validation split of two folds; each fold's row counts), the mean of
 the per-fold validation AUCs, the validation AUC of the PU label (labelled vs unlabelled,
-subjects without PET included), the selected epochs and the seconds.
+subjects without PET included), the selected epochs and the seconds; with ``--heldout``
+also the pooled held-out AUC and the held-out predictions (``heldout_predictions``:
+subject, logit, truth), so that candidates can be compared paired over subjects and
+cohorts.
 """
 
 from __future__ import annotations
@@ -25,7 +35,9 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -60,9 +72,21 @@ def validation_rows(run: Path, fold: int) -> object:
     return rows.assign(fold=fold)
 
 
-def reference_on_validation(folds: list[Path]) -> dict:
+def heldout_rows(run: Path) -> Any:
+    """One row per held-out (test) subject of a run, scored as the demo scores it."""
+    import pandas as pd
+
+    from adni_pu.workflows.evaluate import evaluate_run
+
+    evaluate_run(run, "test", n_boot=0)
+    return pd.read_csv(run / "evaluation" / "test" / "predictions_subjects.csv",
+                       dtype={"subject_id": str})[["subject_id", "logit", "truth"]]
+
+
+def reference_on_validation(folds: list[Path], heldout: bool = False) -> dict:
     """The demo's logistic-regression reference (2 volumes, fitted on each fold's training
-    subjects' PU labels) scored on the folds' validation splits: the same pooled AUC."""
+    subjects' PU labels) scored on the folds' validation splits (the same pooled AUC), or
+    with ``heldout`` on their held-out splits."""
     import pandas as pd
 
     from adni_pu.cohort import read_manifest
@@ -72,15 +96,16 @@ def reference_on_validation(folds: list[Path]) -> dict:
     frames = [read_manifest(p) for p in folds]
     for frame in frames:
         frame["scan_path"] = frame["scan_path"].astype(str)
-        # the validation split plays the scored part; the test split is dropped
-        frame["split"] = frame["split"].map({"train": "train", "val": "test", "test": "-"})
+        if not heldout:  # the validation split plays the scored part; the test split is dropped
+            frame["split"] = frame["split"].map({"train": "train", "val": "test", "test": "-"})
     features = volume_features(sorted(set(frames[0]["scan_path"])))
     rows = pd.concat([logistic_reference(f, features) for f in frames], ignore_index=True)
     rows = rows[rows["truth"].notna()]
-    return {"reference": "logistic regression on 2 volumes", "split": "val",
-            "val_auc_pooled": round(float(binary_metrics(
+    return {"reference": "logistic regression on 2 volumes",
+            "split": "test" if heldout else "val",
+            ("heldout_auc_pooled" if heldout else "val_auc_pooled"): round(float(binary_metrics(
                 rows["logit"].to_numpy(float), rows["truth"].to_numpy(float))["auc"]), 4),
-            "val_rows_with_truth": int(len(rows))}
+            "rows_with_truth": int(len(rows))}
 
 
 def train_fit(runs: Path, folds: list[Path]) -> dict:
@@ -107,10 +132,82 @@ def train_fit(runs: Path, folds: list[Path]) -> dict:
     return out
 
 
+def heldout_record(rows: Any, auc: Callable[[Any, str], float]) -> dict:
+    """The held-out part of a candidate's record: pooled AUC and per-subject predictions."""
+    known = rows[rows["truth"].notna()]
+    return {"heldout_auc_pooled": round(auc(known, "truth"), 4),
+            "heldout_rows_with_truth": int(len(known)),
+            "heldout_predictions": [[r.subject_id, round(float(r.logit), 5), int(r.truth)]
+                                    for r in known.itertuples()]}
+
+
+def _run_key(record: dict) -> tuple[int, int]:
+    """(cohort seed, training seed) of a tuning record: what two candidates pair on."""
+    seed = record["cohort_seed"]
+    for item in record.get("overrides", []):
+        if item.replace(" ", "").startswith("train.seed="):
+            seed = int(item.split("=", 1)[1])
+    return record["cohort_seed"], seed
+
+
+def compare(log_path: Path, first: list[str], second: list[str], n_boot: int = 2000,
+            seed: int = 0) -> dict:
+    """Held-out AUC of two candidates (each a list of record names, e.g. a name and its
+    training-seed-1 twin), paired over runs (cohort, training seed) and subjects.
+
+    The score is the mean over the common runs of each run's pooled held-out AUC; the CI
+    of the difference (first minus second) resamples subjects within every run, the same
+    subjects for both candidates (a paired percentile bootstrap).
+    """
+    import numpy as np
+
+    from adni_pu.pu.metrics import binary_metrics
+
+    runs: dict[str, dict] = {"first": {}, "second": {}}
+    for line in log_path.read_text().splitlines():
+        record = json.loads(line)
+        for side, names in (("first", first), ("second", second)):
+            if record.get("name") in names and record.get("heldout_predictions"):
+                runs[side][_run_key(record)] = {
+                    r[0]: (r[1], r[2]) for r in record["heldout_predictions"]}  # last wins
+    keys = sorted(set(runs["first"]) & set(runs["second"]))
+    if not keys:
+        raise SystemExit(f"no run (cohort, training seed) scored held out by both {first} "
+                         f"and {second} in {log_path}")
+
+    def auc(logits: np.ndarray, truth: np.ndarray) -> float:
+        return float(binary_metrics(logits, truth)["auc"])
+
+    rng = np.random.default_rng(seed)
+    per_run, boot = [], np.zeros(n_boot)
+    for key in keys:
+        subjects = sorted(set(runs["first"][key]) & set(runs["second"][key]))
+        a = np.array([runs["first"][key][s][0] for s in subjects], float)
+        b = np.array([runs["second"][key][s][0] for s in subjects], float)
+        truth = np.array([runs["first"][key][s][1] for s in subjects], float)
+        per_run.append((auc(a, truth), auc(b, truth), len(subjects)))
+        for i in range(n_boot):
+            idx = rng.integers(0, len(subjects), len(subjects))
+            boot[i] += (auc(a[idx], truth[idx]) - auc(b[idx], truth[idx])) / len(keys)
+    boot = boot[~np.isnan(boot)]
+    first_mean = float(np.mean([r[0] for r in per_run]))
+    second_mean = float(np.mean([r[1] for r in per_run]))
+    return {"first": first, "second": second, "runs": [list(k) for k in keys],
+            "heldout_auc_first": round(first_mean, 4),
+            "heldout_auc_second": round(second_mean, 4),
+            "per_run": [[round(x, 3), round(y, 3), n] for x, y, n in per_run],
+            "difference": round(first_mean - second_mean, 4),
+            "difference_ci95": [round(float(np.percentile(boot, q)), 4) for q in (2.5, 97.5)],
+            "share_above_0": round(float((boot > 0).mean()), 3)}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--data", type=Path, required=True, help="a demo folder (made if absent)")
-    p.add_argument("--seed", type=int, required=True, help="the cohort's (and training) seed")
+    p.add_argument("--compare", nargs=2, metavar=("A", "B"),
+                   help="compare two candidates' held-out AUC from the log, paired (each a "
+                   "comma-separated list of names, e.g. c8,c8t1 c0,c0t1); nothing is trained")
+    p.add_argument("--data", type=Path, help="a demo folder (made if absent)")
+    p.add_argument("--seed", type=int, help="the cohort's (and training) seed")
     p.add_argument("--subjects", type=int, default=48)
     p.add_argument("--prepare-only", action="store_true")
     p.add_argument("--train-fit", action="store_true",
@@ -118,6 +215,9 @@ def main() -> None:
                    "split (does the model fit what it was trained on?)")
     p.add_argument("--reference", action="store_true",
                    help="score the logistic-regression reference on the validation splits")
+    p.add_argument("--heldout", action="store_true",
+                   help="also score each fold's held-out split (tuning cohorts only: it must "
+                   "never be a seed the demo's results are measured on)")
     p.add_argument("--name", default="default", help="the candidate's name (its run folders)")
     p.add_argument("--methods", nargs="+", default=["naive"])
     p.add_argument("--epochs", type=int, default=None, help="default: the demo's")
@@ -125,6 +225,12 @@ def main() -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[],
                    metavar="KEY=VALUE")
     args = p.parse_args()
+    log_path = REPO / "benchmarks" / "results" / "demo-tuning.jsonl"
+    if args.compare:
+        print(json.dumps(compare(log_path, *(c.split(",") for c in args.compare))))
+        return
+    if args.data is None or args.seed is None:
+        p.error("--data and --seed are needed (except with --compare)")
 
     folds = prepare(args.data, args.seed, args.subjects)
     if args.prepare_only:
@@ -134,7 +240,7 @@ def main() -> None:
             print(json.dumps(train_fit(args.data / "tune" / args.name / method, folds)))
         return
     if args.reference:
-        print(json.dumps(reference_on_validation(folds)))
+        print(json.dumps(reference_on_validation(folds, args.heldout)))
         return
     if args.epochs is None:
         from adni_pu.workflows.demo import DemoSettings
@@ -154,10 +260,9 @@ def main() -> None:
         return float(binary_metrics(known["logit"].to_numpy(float),
                                     known[column].to_numpy(float))["auc"])
 
-    log_path = REPO / "benchmarks" / "results" / "demo-tuning.jsonl"
     for method in args.methods:
         tic = time.perf_counter()
-        parts, best = [], []
+        parts, best, held = [], [], []
         for k, path in enumerate(folds):
             extra, _, _ = demo_prior(read_manifest(path))
             values = method_settings(args.epochs, args.seed, args.threads,
@@ -167,6 +272,8 @@ def main() -> None:
             fit = train_volumes(path, cfg, run)
             best.append(fit.best_epoch + 1)
             parts.append(validation_rows(run, k))
+            if args.heldout:
+                held.append(heldout_rows(run))
         rows = pd.concat(parts, ignore_index=True)
         per_fold = [auc(g, "truth") for _, g in rows.groupby("fold")]
         record = {
@@ -179,6 +286,7 @@ def main() -> None:
             "val_pu_label_auc_pooled": round(auc(rows, "pu_label"), 4),
             "val_rows_with_truth": int(rows["truth"].notna().sum()),
             "best_epochs": best, "seconds": round(time.perf_counter() - tic, 1),
+            **(heldout_record(pd.concat(held, ignore_index=True), auc) if held else {}),
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
         print(json.dumps(record))
         # one appended line (candidates run side by side: a read-and-rewrite could drop one)

@@ -136,3 +136,36 @@ def test_parallel_runs_reports_failed_jobs_and_logs_them(tmp_path: Path, monkeyp
     monkeypatch.setattr("sys.argv", ["parallel_runs.py", str(jobs), "--only", "nope"])
     with pytest.raises(SystemExit, match="nope"):
         runner.main()
+
+
+def test_demo_tune_compare_pairs_runs_and_subjects(tmp_path: Path) -> None:
+    """``demo_tune.py --compare``: candidates pair on (cohort, training seed) runs and on
+    subjects; the score is the mean of per-run held-out AUCs; the paired CI of a
+    difference that holds in every resample excludes 0."""
+    tune = _script("demo_tune")
+    truth = [0, 0, 0, 1, 1, 1]
+    perfect = [[f"s{i}", float(t), t] for i, t in enumerate(truth)]
+    inverted = [[f"s{i}", -float(t), t] for i, t in enumerate(truth)]
+    half = [[f"s{i}", float(i % 2), t] for i, t in enumerate(truth)]  # AUC 6/9 (ties half)
+    records = [
+        {"name": "good", "cohort_seed": 100, "overrides": [], "heldout_predictions": perfect},
+        {"name": "goodt1", "cohort_seed": 100, "overrides": ["train.seed=1"],
+         "heldout_predictions": perfect},
+        {"name": "bad", "cohort_seed": 100, "overrides": [], "heldout_predictions": inverted},
+        {"name": "badt1", "cohort_seed": 100, "overrides": ["train.seed = 1"],
+         "heldout_predictions": half},
+        # no twin in "good": left out of the pairing
+        {"name": "bad", "cohort_seed": 101, "overrides": [], "heldout_predictions": half},
+        {"name": "other", "cohort_seed": 100, "overrides": [], "val_auc_pooled": 0.5},
+    ]
+    log = tmp_path / "tuning.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in records))
+    out = tune.compare(log, ["good", "goodt1"], ["bad", "badt1"], n_boot=200)
+    assert out["runs"] == [[100, 1], [100, 100]]
+    assert out["heldout_auc_first"] == 1.0
+    assert out["heldout_auc_second"] == pytest.approx((0.0 + 6 / 9) / 2, abs=1e-4)
+    assert out["difference"] == pytest.approx(1 - 1 / 3, abs=1e-4)
+    assert out["difference_ci95"][0] > 0
+    assert out["share_above_0"] == 1.0
+    with pytest.raises(SystemExit, match="no run"):
+        tune.compare(log, ["good"], ["other"])

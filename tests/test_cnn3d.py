@@ -94,3 +94,30 @@ def test_global_pool_keeps_one_mean_per_channel():
     small = build_cnn3d("paper", channels=(4, 8), hidden=16, global_pool=True,
                         brain_size=24, hipp_size=16)
     assert small.n_features == model.n_features
+
+
+def test_roi_pool_averages_inside_the_label_only():
+    """``roi_pool``: a hippocampus branch's features are the means of its feature maps
+    inside the label channel, so the image outside the label (where the label, resampled
+    to the feature grid, is zero) changes nothing and the image inside it does."""
+    torch.manual_seed(0)
+    model = build_cnn3d("paper", channels=(4,), hidden=8, brain_size=20, hipp_size=20,
+                        global_pool=True, roi_pool=True).eval()
+    batch = _batch(2, 20, 20)
+    label = torch.zeros(2, 1, 20, 20, 20)
+    label[:, :, 2:8, 2:8, 2:8] = 1.0
+    for key in ("hipp_l", "hipp_r"):
+        batch[key] = torch.cat([batch[key], label], dim=1)
+    with torch.no_grad():
+        before = model._branch("hipp_l", batch["hipp_l"])
+        far = batch["hipp_l"].clone()
+        far[:, 0, 12:, 12:, 12:] += 5.0
+        assert torch.equal(model._branch("hipp_l", far), before)
+        near = batch["hipp_l"].clone()
+        near[:, 0, 3:7, 3:7, 3:7] += 5.0
+        assert not torch.allclose(model._branch("hipp_l", near), before)
+        assert before.shape == (2, 4) and model(batch).shape == (2,)
+        with pytest.raises(ValueError, match="hipp_mask"):
+            model({**batch, "hipp_r": batch["hipp_r"][:, :1]})
+    with pytest.raises(ValueError, match="global_pool"):
+        build_cnn3d("paper", roi_pool=True)

@@ -50,6 +50,15 @@ def test_model_sizes_that_differ_from_the_data_sizes_are_refused():
         load_volume_config(None, ["train.model_args.brain_size=[10, 10, 10]"], "nnpu")
 
 
+def test_roi_pool_follows_the_label_channel():
+    cfg = load_volume_config(None, ["data.hipp_mask=true",
+                                    "train.model_args.global_pool=true"], "nnpu")
+    assert cfg.train.model_args["roi_pool"] is True
+    assert "roi_pool" not in load_volume_config(None, [], "nnpu").train.model_args
+    with pytest.raises(cfgmod.ConfigError, match="set only data.hipp_mask"):
+        load_volume_config(None, ["train.model_args.roi_pool=true"], "nnpu")
+
+
 def test_preset_and_values_resolve_like_the_command_line(tmp_path):
     cache = tmp_path / 'it\'s "here"'
     cfg = load_volume_config(None, ["train.epochs=7"], "naive",

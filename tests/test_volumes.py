@@ -176,3 +176,42 @@ def test_synthetic_ideal_preprocessed_scans_feed_the_pipeline(tmp_path):
     item = ds[1]
     assert item["hipp_l"].shape == (1, 30, 30, 30) and item["brain"].shape == (1, 50, 50, 50)
     assert float(item["hipp_l"].std()) > 0.1  # the box holds brain, not background
+
+
+def test_hipp_mask_channel_moves_with_the_image(manifest):
+    """``hipp_mask``: each hippocampus box gets the atlas label as a second channel, cut
+    from the same window as the image (also when training moves the box), mirrored with it
+    by the flip and untouched by intensity changes."""
+    from adni_pu.data.volumes import hippocampus_masks
+
+    cfg = VolumeDataConfig(hipp_mask=True, **NO_AUG)
+    masks = hippocampus_masks(cfg)
+    m = cfg.hipp_margin
+    assert masks["hipp_l"].shape == (1, *(s + 2 * m for s in cfg.hipp_size))
+    centre = masks["hipp_l"][:, m:-m, m:-m, m:-m]
+    record = hippocampus_box_record(cfg)
+    boxed = atlas.region_mask(atlas.HIPPOCAMPUS_LEFT)
+    assert float(centre.sum()) == pytest.approx(
+        record["hipp_l"]["label_fraction_inside"] * boxed.sum(), rel=1e-3)
+    plain = build_volume_dataset(manifest, "train", VolumeDataConfig(**NO_AUG))[1]
+    item = build_volume_dataset(manifest, "train", cfg, train=False)[1]
+    assert item["brain"].shape[0] == 1 and item["hipp_l"].shape[0] == 2
+    assert torch.equal(item["hipp_l"][:1], plain["hipp_l"])
+    assert torch.equal(item["hipp_l"][1:], centre)
+    moved = build_volume_dataset(manifest, "train", dataclasses.replace(
+        cfg, translate=True, intensity_prob=1.0, flip_prob=1.0), train=True)
+    torch.manual_seed(3)
+    x = moved[1]
+    base = moved.base[1]  # the cached box with its margin, before augmentation
+    label_r = masks["hipp_r"].flip(1)  # flipped: hipp_l now holds the mirrored right box
+    image_r = torch.as_tensor(base["hipp_r"]).flip(1)
+    found = [(i, j, k) for i in range(2 * m + 1) for j in range(2 * m + 1)
+             for k in range(2 * m + 1) if torch.equal(
+                 x["hipp_l"][1:], label_r[:, i:i + 30, j:j + 30, k:k + 30])]
+    assert found, "the label channel is not a window of the mirrored label"
+    i, j, k = found[0]
+    window = image_r[:, i:i + 30, j:j + 30, k:k + 30]
+    # the image channel is the same window, scaled and shifted by the intensity change
+    a = torch.stack([window.flatten(), torch.ones(window.numel())], 1)
+    fit = torch.linalg.lstsq(a, x["hipp_l"][0].flatten()[:, None]).solution
+    assert float((a @ fit - x["hipp_l"][0].flatten()[:, None]).abs().max()) < 1e-4

@@ -69,6 +69,10 @@ class VolumeDataConfig:
     scale_range: float = 0.05
     translate: bool = True
     """Move each hippocampus box by up to ``hipp_margin`` voxels in training."""
+    hipp_mask: bool = False
+    """Give each hippocampus box the atlas hippocampus label as a second channel (1 inside,
+    0 outside), moved with the image by every spatial augmentation, so that a CNN with
+    ``roi_pool`` averages its features over the hippocampus instead of the whole box."""
     intensity_prob: float = 0.5
     intensity_scale: float = 0.1
     intensity_shift: float = 0.1
@@ -149,6 +153,21 @@ def hippocampus_boxes(config: VolumeDataConfig | None = None
     boxes = _boxes(float(cfg.grid_spacing), cfg.grid_shape, cfg.crop_origin(), cfg.crop_shape,
                    cfg.hipp_size)
     return {k: v[0] for k, v in boxes.items()}
+
+
+def hippocampus_masks(config: VolumeDataConfig | None = None) -> dict[str, torch.Tensor]:
+    """The atlas hippocampus label (float 0/1) inside each box with its margin,
+    ``1 x (hipp_size + 2 * hipp_margin)`` per axis: the second channel of ``hipp_mask``."""
+    cfg = config or VolumeDataConfig()
+    boxes = _boxes(float(cfg.grid_spacing), cfg.grid_shape, cfg.crop_origin(), cfg.crop_shape,
+                   cfg.hipp_size)
+    m = cfg.hipp_margin
+    out = {}
+    for key, (box, mask) in boxes.items():
+        padded = np.pad(mask.astype(np.float32), m)  # the image's margin is zero-padded too
+        window = tuple(slice(s.start, s.stop + 2 * m) for s in box)
+        out[key] = torch.from_numpy(np.ascontiguousarray(padded[window]))[None]
+    return out
 
 
 def hippocampus_box_record(config: VolumeDataConfig | None = None) -> dict[str, Any]:
@@ -311,6 +330,7 @@ class VolumeDataset(Dataset):
         self.config = config
         self.train = train
         self.boxes = hippocampus_boxes(config)
+        self.masks = hippocampus_masks(config) if config.hipp_mask else None
 
     def __len__(self) -> int:
         return len(self.base)
@@ -334,7 +354,10 @@ class VolumeDataset(Dataset):
             else:
                 start = [m, m, m]
             sl = tuple(slice(s, s + n) for s, n in zip(start, cfg.hipp_size))
-            out[key] = item[key][(slice(None), *sl)]
+            box = torch.as_tensor(item[key])
+            if self.masks is not None:  # the label travels with the image from here on
+                box = torch.cat([box, self.masks[key]], dim=0)
+            out[key] = box[(slice(None), *sl)]
         if self.train:
             if cfg.flip_prob > 0 and float(torch.rand(())) < cfg.flip_prob:
                 out = flip_swap(out)
@@ -344,11 +367,12 @@ class VolumeDataset(Dataset):
             if cfg.intensity_prob > 0 and float(torch.rand(())) < cfg.intensity_prob:
                 factor = 1.0 + (float(torch.rand(())) * 2 - 1) * cfg.intensity_scale
                 shift = (float(torch.rand(())) * 2 - 1) * cfg.intensity_shift
-                for key in BRANCH_KEYS:
-                    out[key] = out[key] * factor + shift
+                for key in BRANCH_KEYS:  # the image channel only, never the label
+                    out[key] = torch.cat([out[key][:1] * factor + shift, out[key][1:]])
             if cfg.noise_std > 0:
                 for key in BRANCH_KEYS:
-                    out[key] = out[key] + cfg.noise_std * torch.randn_like(out[key])
+                    out[key] = torch.cat([out[key][:1] + cfg.noise_std
+                                          * torch.randn_like(out[key][:1]), out[key][1:]])
         for key in BRANCH_KEYS:
             out[key] = torch.as_tensor(out[key], dtype=torch.float32).contiguous()
         truth = item.get("truth")

@@ -4,6 +4,12 @@ Each branch is ``depth`` blocks of Conv3d(k) - BN - ReLU - MaxPool(3, stride 2) 
 two blocks, 16 and 32 channels, no padding), with its own weights. The branch inputs are
 the whole brain resized to 50^3 and the left and right hippocampus boxes of 30^3 voxels;
 their flattened features are concatenated and go through FC 256 - BN - ReLU - FC 1.
+
+Options for small cohorts (not in the paper): ``global_pool`` ends every branch in a
+channel mean, so the head gets 3 x C features instead of thousands; ``roi_pool`` (with
+``global_pool``) averages a hippocampus branch's feature maps inside the atlas hippocampus
+label that the data pipeline passes as the box's second channel (``data.hipp_mask``), the
+region where atrophy shows, instead of over the whole box.
 """
 
 from __future__ import annotations
@@ -75,8 +81,12 @@ class ThreeBranchCNN3D(nn.Module):
                  brain_size: int | Sequence[int] = 50, hipp_size: int | Sequence[int] = 30,
                  in_channels: int = 1, kernel_size: int = 3, padding: int = 0,
                  pool_size: int = 3, pool_stride: int = 2, dropout: float = 0.0,
-                 global_pool: bool = False) -> None:
+                 global_pool: bool = False, roi_pool: bool = False) -> None:
         super().__init__()
+        if roi_pool and not global_pool:
+            raise ConfigError("roi_pool: needs global_pool (the brain branch pools its whole "
+                              "volume, the hippocampus branches pool inside their label)")
+        self.roi_pool = roi_pool
         channels = tuple(int(c) for c in channels)
         if not channels or any(c < 1 for c in channels):
             raise ConfigError(f"channels: expected positive channel counts, found {channels}")
@@ -100,7 +110,8 @@ class ThreeBranchCNN3D(nn.Module):
                     f"conv/pool blocks (kernel {kernel_size}, pool {pool_size}/{pool_stride})")
             n_features += channels[-1] * (1 if global_pool else sides[0] * sides[1] * sides[2])
         self.branches = nn.ModuleDict(
-            {name: Branch3D(in_channels, channels, global_pool=global_pool, **geometry)
+            {name: Branch3D(in_channels, channels, **geometry,
+                            global_pool=global_pool and not (roi_pool and name != "brain"))
              for name in BRANCHES})
         self.n_features = n_features
         head: list[nn.Module] = [nn.Linear(n_features, hidden), nn.BatchNorm1d(hidden),
@@ -121,8 +132,22 @@ class ThreeBranchCNN3D(nn.Module):
             if len(x) != 3:
                 raise ValueError(f"expected 3 inputs (brain, hipp_l, hipp_r), found {len(x)}")
             inputs = list(x)
-        feats = [self.branches[k](t) for k, t in zip(BRANCHES, inputs)]
+        feats = [self._branch(k, t) for k, t in zip(BRANCHES, inputs)]
         return self.classifier(torch.cat(feats, dim=1)).squeeze(-1)
+
+    def _branch(self, name: str, x: torch.Tensor) -> torch.Tensor:
+        """One branch's features; with ``roi_pool`` a hippocampus input's last channel is
+        its atlas label, and the feature maps are averaged inside it (resampled to their
+        grid) instead of over the whole box."""
+        if not self.roi_pool or name == "brain":
+            return self.branches[name](x)
+        if x.shape[1] < 2:
+            raise ValueError(f"{name}: roi_pool expects the image and its hippocampus label "
+                             f"as 2 channels, found {x.shape[1]} (set data.hipp_mask = true)")
+        maps = self.branches[name].blocks(x[:, :-1])
+        weight = nn.functional.adaptive_avg_pool3d(x[:, -1:], maps.shape[2:])
+        total = weight.sum(dim=(2, 3, 4)).clamp_min(1e-6)
+        return (maps * weight).sum(dim=(2, 3, 4)) / total
 
 
 def _triple(value: int | Sequence[int], name: str) -> tuple[int, int, int]:

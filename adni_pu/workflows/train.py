@@ -94,14 +94,20 @@ class VolumeTrainConfig:
                     f"train.model_args brain_size={list(brain)}, hipp_size="
                     f"{list(hipp)} differ from data.brain_size={list(self.data.brain_size)}"
                     f", data.hipp_size={list(self.data.hipp_size)}; set only the data sizes")
+            roi = bool(args.get("roi_pool", self.data.hipp_mask))
+            if roi != bool(self.data.hipp_mask):
+                raise ConfigError(f"train.model_args roi_pool={roi} differs from "
+                                  f"data.hipp_mask={self.data.hipp_mask}; set only "
+                                  "data.hipp_mask (the model pools inside the label it gets)")
 
 
 def with_derived_values(cfg: VolumeTrainConfig) -> VolumeTrainConfig:
     """The settings with their derived values filled in (a copy; ``cfg`` is not changed).
 
     With ``train.model = "cnn3d"`` the network's input sizes ``train.model_args.brain_size``
-    and ``hipp_size`` follow the data pipeline's ``data.brain_size`` and ``data.hipp_size``
-    (set only those; :class:`VolumeTrainConfig` refuses model sizes that differ).
+    and ``hipp_size`` follow the data pipeline's ``data.brain_size`` and ``data.hipp_size``,
+    and ``roi_pool`` follows ``data.hipp_mask`` (set only those; :class:`VolumeTrainConfig`
+    refuses model values that differ).
     :func:`load_volume_config` and :func:`train_volumes` call this; it is idempotent.
     """
     if cfg.train.model != "cnn3d":
@@ -109,6 +115,8 @@ def with_derived_values(cfg: VolumeTrainConfig) -> VolumeTrainConfig:
     args = dict(cfg.train.model_args)
     args.setdefault("brain_size", list(cfg.data.brain_size))
     args.setdefault("hipp_size", list(cfg.data.hipp_size))
+    if cfg.data.hipp_mask:
+        args.setdefault("roi_pool", True)
     return replace(cfg, train=replace(cfg.train, model_args=args))
 
 
