@@ -31,6 +31,10 @@ MODEL_GRID_ORIGIN: tuple[float, float, float] = (-90.0, -126.0, -72.0)
 CEREBELLUM_REGIONS: tuple[str, ...] = ("Cerebelum_*", "Vermis_*")
 HIPPOCAMPUS_LEFT: tuple[str, ...] = ("Hippocampus_L",)
 HIPPOCAMPUS_RIGHT: tuple[str, ...] = ("Hippocampus_R",)
+# Box (MNI mm, per axis x, y, z) around the lateral ventricles: where enlargement shows as
+# dark voxels (the demo's volume reference and the CNN's ventricle channel use it).
+VENTRICLE_BOX_MM: tuple[tuple[float, float], ...] = ((-32.0, 32.0), (-60.0, 35.0),
+                                                     (-12.0, 38.0))
 
 
 def _package_dir(name: str) -> Path:
@@ -142,6 +146,18 @@ def region_mask(
     atlas = load_template("aal")
     labels = resample_to(atlas, affine, shape, order=0)
     return np.isin(labels, region_values(patterns))
+
+
+def mm_box_mask(box_mm: tuple[tuple[float, float], ...] = VENTRICLE_BOX_MM,
+                affine: np.ndarray | None = None,
+                shape: tuple[int, int, int] | None = None) -> np.ndarray:
+    """Boolean mask of the voxels whose centres lie in ``box_mm`` (lo, hi per axis, MNI mm)
+    on an axis-aligned grid (affine, shape); defaults to the model grid."""
+    affine = model_grid_affine() if affine is None else affine
+    shape = MODEL_GRID_SHAPE if shape is None else shape
+    idx = [np.arange(n) * affine[a, a] + affine[a, 3] for a, n in enumerate(shape)]
+    inside = [(lo <= v) & (v <= hi) for v, (lo, hi) in zip(idx, box_mm)]
+    return inside[0][:, None, None] & inside[1][None, :, None] & inside[2][None, None, :]
 
 
 def box_around(

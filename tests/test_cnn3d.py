@@ -121,3 +121,22 @@ def test_roi_pool_averages_inside_the_label_only():
             model({**batch, "hipp_r": batch["hipp_r"][:, :1]})
     with pytest.raises(ValueError, match="global_pool"):
         build_cnn3d("paper", roi_pool=True)
+
+
+def test_brain_roi_adds_the_mean_inside_the_box_to_the_whole_brain_mean():
+    torch.manual_seed(0)
+    model = build_cnn3d("paper", channels=(4,), hidden=8, brain_size=20, hipp_size=20,
+                        global_pool=True, brain_roi=True).eval()
+    assert model.n_features == 3 * 4 + 4
+    batch = _batch(2, 20, 20)
+    box = torch.zeros(2, 1, 20, 20, 20)
+    box[:, :, 6:14, 6:14, 6:14] = 1.0
+    batch["brain"] = torch.cat([batch["brain"], box], dim=1)
+    with torch.no_grad():
+        feats = model._branch("brain", batch["brain"])
+        maps = model.branches["brain"].blocks(batch["brain"][:, :1])
+        assert torch.allclose(feats[:, :4], maps.mean(dim=(2, 3, 4)))
+        assert not torch.allclose(feats[:, 4:], feats[:, :4])
+        assert model(batch).shape == (2,)
+        with pytest.raises(ValueError, match="ventricle_mask"):
+            model({**batch, "brain": batch["brain"][:, :1]})

@@ -57,6 +57,13 @@ def test_roi_pool_follows_the_label_channel():
     assert "roi_pool" not in load_volume_config(None, [], "nnpu").train.model_args
     with pytest.raises(cfgmod.ConfigError, match="set only data.hipp_mask"):
         load_volume_config(None, ["train.model_args.roi_pool=true"], "nnpu")
+    both = load_volume_config(None, ["data.ventricle_mask=true", "train.model_args.global_pool"
+                                     "=true"], "nnpu")
+    assert both.train.model_args["brain_roi"] is True and "roi_pool" not in \
+        both.train.model_args
+    with pytest.raises(cfgmod.ConfigError, match="set only data.ventricle_mask"):
+        load_volume_config(None, ["data.ventricle_mask=true",
+                                  "train.model_args.brain_roi=false"], "nnpu")
 
 
 def test_preset_and_values_resolve_like_the_command_line(tmp_path):

@@ -215,3 +215,26 @@ def test_hipp_mask_channel_moves_with_the_image(manifest):
     a = torch.stack([window.flatten(), torch.ones(window.numel())], 1)
     fit = torch.linalg.lstsq(a, x["hipp_l"][0].flatten()[:, None]).solution
     assert float((a @ fit - x["hipp_l"][0].flatten()[:, None]).abs().max()) < 1e-4
+
+
+def test_ventricle_channel_is_the_box_resized_with_the_brain(manifest):
+    from adni_pu.data.volumes import ventricle_box_mask
+
+    cfg = VolumeDataConfig(ventricle_mask=True, **NO_AUG)
+    box = ventricle_box_mask(cfg)
+    assert box.shape == (1, 50, 50, 50) and 0.0 <= float(box.min()) <= float(box.max()) <= 1.0
+    # centred in x (the box is symmetric about the midline; the crop nearly so)
+    profile = box[0].sum(dim=(1, 2))
+    centre = float((profile * torch.arange(50)).sum() / profile.sum())
+    assert abs(centre - 24.5) < 1.0
+    grid_box = atlas.mm_box_mask()
+    crop = tuple(slice(o, o + c) for o, c in zip(cfg.crop_origin(), cfg.crop_shape))
+    assert float(box.mean()) == pytest.approx(float(grid_box[crop].mean()), rel=0.05)
+    item = build_volume_dataset(manifest, "train", cfg, train=False)[1]
+    plain = build_volume_dataset(manifest, "train", VolumeDataConfig(**NO_AUG))[1]
+    assert item["brain"].shape == (2, 50, 50, 50) and item["hipp_l"].shape == (1, 30, 30, 30)
+    assert torch.equal(item["brain"][:1], plain["brain"]) and torch.equal(item["brain"][1:], box)
+    flipped = build_volume_dataset(manifest, "train", VolumeDataConfig(
+        ventricle_mask=True, **{**NO_AUG, "flip_prob": 1.0, "intensity_prob": 1.0}),
+        train=True)[1]
+    assert torch.equal(flipped["brain"][1:], box.flip(1))

@@ -73,6 +73,10 @@ class VolumeDataConfig:
     """Give each hippocampus box the atlas hippocampus label as a second channel (1 inside,
     0 outside), moved with the image by every spatial augmentation, so that a CNN with
     ``roi_pool`` averages its features over the hippocampus instead of the whole box."""
+    ventricle_mask: bool = False
+    """Give the whole-brain input the box around the lateral ventricles
+    (``atlas.VENTRICLE_BOX_MM``, resized with the brain) as a second channel, so that a CNN
+    with ``brain_roi`` adds the mean of its features inside the box to the whole-brain mean."""
     intensity_prob: float = 0.5
     intensity_scale: float = 0.1
     intensity_shift: float = 0.1
@@ -168,6 +172,29 @@ def hippocampus_masks(config: VolumeDataConfig | None = None) -> dict[str, torch
         window = tuple(slice(s.start, s.stop + 2 * m) for s in box)
         out[key] = torch.from_numpy(np.ascontiguousarray(padded[window]))[None]
     return out
+
+
+@functools.lru_cache(maxsize=8)
+def _ventricle_box(spacing: float, grid_shape: tuple[int, int, int],
+                   origin: tuple[int, int, int], crop_shape: tuple[int, int, int],
+                   size: tuple[int, int, int]) -> torch.Tensor:
+    import torch.nn.functional as F
+
+    affine = atlas.model_grid_affine(spacing, grid_shape)
+    crop = tuple(slice(o, o + c) for o, c in zip(origin, crop_shape))
+    box = torch.from_numpy(atlas.mm_box_mask(atlas.VENTRICLE_BOX_MM, affine,
+                                             grid_shape)[crop].astype(np.float32))
+    return F.interpolate(box[None, None], size=size, mode="trilinear",
+                         align_corners=False)[0]
+
+
+def ventricle_box_mask(config: VolumeDataConfig | None = None) -> torch.Tensor:
+    """The ventricle box (``atlas.VENTRICLE_BOX_MM``) on the crop, resized to
+    ``1 x brain_size`` as the brain is (values in [0, 1] at its edges): the second channel
+    of ``ventricle_mask``."""
+    cfg = config or VolumeDataConfig()
+    return _ventricle_box(float(cfg.grid_spacing), cfg.grid_shape, cfg.crop_origin(),
+                          cfg.crop_shape, cfg.brain_size)
 
 
 def hippocampus_box_record(config: VolumeDataConfig | None = None) -> dict[str, Any]:
@@ -331,6 +358,7 @@ class VolumeDataset(Dataset):
         self.train = train
         self.boxes = hippocampus_boxes(config)
         self.masks = hippocampus_masks(config) if config.hipp_mask else None
+        self.ventricles = ventricle_box_mask(config) if config.ventricle_mask else None
 
     def __len__(self) -> int:
         return len(self.base)
@@ -348,6 +376,8 @@ class VolumeDataset(Dataset):
         cfg = self.config
         m = cfg.hipp_margin
         out: dict[str, Any] = {"brain": item["brain"]}
+        if self.ventricles is not None:
+            out["brain"] = torch.cat([torch.as_tensor(item["brain"]), self.ventricles], dim=0)
         for key in ("hipp_l", "hipp_r"):
             if self.train and cfg.translate and m > 0:
                 start = [int(v) for v in torch.randint(0, 2 * m + 1, (3,))]

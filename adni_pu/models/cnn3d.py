@@ -9,7 +9,9 @@ Options for small cohorts (not in the paper): ``global_pool`` ends every branch 
 channel mean, so the head gets 3 x C features instead of thousands; ``roi_pool`` (with
 ``global_pool``) averages a hippocampus branch's feature maps inside the atlas hippocampus
 label that the data pipeline passes as the box's second channel (``data.hipp_mask``), the
-region where atrophy shows, instead of over the whole box.
+region where atrophy shows, instead of over the whole box; ``brain_roi`` likewise adds the
+mean of the brain branch's feature maps inside the box around the lateral ventricles
+(``data.ventricle_mask``) to its whole-brain mean.
 """
 
 from __future__ import annotations
@@ -81,12 +83,13 @@ class ThreeBranchCNN3D(nn.Module):
                  brain_size: int | Sequence[int] = 50, hipp_size: int | Sequence[int] = 30,
                  in_channels: int = 1, kernel_size: int = 3, padding: int = 0,
                  pool_size: int = 3, pool_stride: int = 2, dropout: float = 0.0,
-                 global_pool: bool = False, roi_pool: bool = False) -> None:
+                 global_pool: bool = False, roi_pool: bool = False,
+                 brain_roi: bool = False) -> None:
         super().__init__()
-        if roi_pool and not global_pool:
-            raise ConfigError("roi_pool: needs global_pool (the brain branch pools its whole "
-                              "volume, the hippocampus branches pool inside their label)")
-        self.roi_pool = roi_pool
+        if (roi_pool or brain_roi) and not global_pool:
+            raise ConfigError("roi_pool, brain_roi: need global_pool (a label channel "
+                              "chooses where a branch's feature maps are averaged)")
+        self.roi_pool, self.brain_roi = roi_pool, brain_roi
         channels = tuple(int(c) for c in channels)
         if not channels or any(c < 1 for c in channels):
             raise ConfigError(f"channels: expected positive channel counts, found {channels}")
@@ -109,9 +112,10 @@ class ThreeBranchCNN3D(nn.Module):
                     f"{name} input of {size} voxels is too small for {len(channels)} "
                     f"conv/pool blocks (kernel {kernel_size}, pool {pool_size}/{pool_stride})")
             n_features += channels[-1] * (1 if global_pool else sides[0] * sides[1] * sides[2])
+        n_features += channels[-1] if brain_roi else 0  # the brain's mean inside the box
         self.branches = nn.ModuleDict(
             {name: Branch3D(in_channels, channels, **geometry,
-                            global_pool=global_pool and not (roi_pool and name != "brain"))
+                            global_pool=global_pool and not self._labelled(name))
              for name in BRANCHES})
         self.n_features = n_features
         head: list[nn.Module] = [nn.Linear(n_features, hidden), nn.BatchNorm1d(hidden),
@@ -135,19 +139,26 @@ class ThreeBranchCNN3D(nn.Module):
         feats = [self._branch(k, t) for k, t in zip(BRANCHES, inputs)]
         return self.classifier(torch.cat(feats, dim=1)).squeeze(-1)
 
+    def _labelled(self, name: str) -> bool:
+        """Whether branch ``name``'s input ends in a label channel (roi_pool, brain_roi)."""
+        return self.brain_roi if name == "brain" else self.roi_pool
+
     def _branch(self, name: str, x: torch.Tensor) -> torch.Tensor:
-        """One branch's features; with ``roi_pool`` a hippocampus input's last channel is
-        its atlas label, and the feature maps are averaged inside it (resampled to their
-        grid) instead of over the whole box."""
-        if not self.roi_pool or name == "brain":
+        """One branch's features. With a label channel (``roi_pool`` for the hippocampus
+        boxes, ``brain_roi`` for the brain) the input's last channel is the label, and the
+        feature maps are averaged inside it (resampled to their grid): a hippocampus branch
+        gives only that mean, the brain branch its whole-volume mean and that mean."""
+        if not self._labelled(name):
             return self.branches[name](x)
         if x.shape[1] < 2:
-            raise ValueError(f"{name}: roi_pool expects the image and its hippocampus label "
-                             f"as 2 channels, found {x.shape[1]} (set data.hipp_mask = true)")
+            setting = "ventricle_mask" if name == "brain" else "hipp_mask"
+            raise ValueError(f"{name}: expected the image and its label as 2 channels, found "
+                             f"{x.shape[1]} (set data.{setting} = true)")
         maps = self.branches[name].blocks(x[:, :-1])
         weight = nn.functional.adaptive_avg_pool3d(x[:, -1:], maps.shape[2:])
         total = weight.sum(dim=(2, 3, 4)).clamp_min(1e-6)
-        return (maps * weight).sum(dim=(2, 3, 4)) / total
+        inside = (maps * weight).sum(dim=(2, 3, 4)) / total
+        return torch.cat([maps.mean(dim=(2, 3, 4)), inside], 1) if name == "brain" else inside
 
 
 def _triple(value: int | Sequence[int], name: str) -> tuple[int, int, int]:

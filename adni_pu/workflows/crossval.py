@@ -25,11 +25,9 @@ from typing import Any
 import numpy as np
 
 from adni_pu import fileio
+from adni_pu.atlas import VENTRICLE_BOX_MM
 from adni_pu.errors import ConfigError
 
-# Box (MNI mm) around the lateral ventricles: where enlargement shows as dark voxels.
-VENTRICLE_BOX_MM: tuple[tuple[float, float], ...] = ((-32.0, 32.0), (-60.0, 35.0),
-                                                     (-12.0, 38.0))
 # Intensity (relative to the scan's brain median) below which a voxel counts as CSF.
 CSF_LEVEL = 0.55
 # Share of the non-test subjects of a fold that form its validation split.
@@ -115,9 +113,7 @@ def volume_features(paths: Iterable[str | Path]) -> Any:
     affine = atlas.model_grid_affine()
     shape = atlas.MODEL_GRID_SHAPE
     hippocampus = atlas.region_mask(atlas.HIPPOCAMPUS_LEFT + atlas.HIPPOCAMPUS_RIGHT)
-    idx = [np.arange(n) * affine[a, a] + affine[a, 3] for a, n in enumerate(shape)]
-    inside = [(lo <= v) & (v <= hi) for v, (lo, hi) in zip(idx, VENTRICLE_BOX_MM)]
-    box = inside[0][:, None, None] & inside[1][None, :, None] & inside[2][None, None, :]
+    box = atlas.mm_box_mask(VENTRICLE_BOX_MM, affine, shape)
     voxel_ml = abs(float(np.linalg.det(affine[:3, :3]))) / 1000.0
     rows = []
     for path in paths:

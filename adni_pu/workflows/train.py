@@ -45,6 +45,10 @@ from adni_pu.pu.metrics import sigmoid
 VOLUME_CONFIG_NAME = "volume_config.toml"
 
 
+# The CNN's label-channel switches and the data settings that give it those channels.
+LABEL_CHANNELS: dict[str, str] = {"roi_pool": "hipp_mask", "brain_roi": "ventricle_mask"}
+
+
 def _default_train() -> TrainConfig:
     return TrainConfig(model="cnn3d", model_args={"preset": "paper"}, batch_size=16,
                        eval_batch_size=16, epochs=60)
@@ -94,11 +98,12 @@ class VolumeTrainConfig:
                     f"train.model_args brain_size={list(brain)}, hipp_size="
                     f"{list(hipp)} differ from data.brain_size={list(self.data.brain_size)}"
                     f", data.hipp_size={list(self.data.hipp_size)}; set only the data sizes")
-            roi = bool(args.get("roi_pool", self.data.hipp_mask))
-            if roi != bool(self.data.hipp_mask):
-                raise ConfigError(f"train.model_args roi_pool={roi} differs from "
-                                  f"data.hipp_mask={self.data.hipp_mask}; set only "
-                                  "data.hipp_mask (the model pools inside the label it gets)")
+            for arg, setting in LABEL_CHANNELS.items():
+                given = bool(getattr(self.data, setting))
+                if bool(args.get(arg, given)) != given:
+                    raise ConfigError(f"train.model_args {arg}={args[arg]} differs from "
+                                      f"data.{setting}={given}; set only data.{setting} "
+                                      "(the model pools inside the label it gets)")
 
 
 def with_derived_values(cfg: VolumeTrainConfig) -> VolumeTrainConfig:
@@ -106,7 +111,8 @@ def with_derived_values(cfg: VolumeTrainConfig) -> VolumeTrainConfig:
 
     With ``train.model = "cnn3d"`` the network's input sizes ``train.model_args.brain_size``
     and ``hipp_size`` follow the data pipeline's ``data.brain_size`` and ``data.hipp_size``,
-    and ``roi_pool`` follows ``data.hipp_mask`` (set only those; :class:`VolumeTrainConfig`
+    and ``roi_pool`` and ``brain_roi`` follow ``data.hipp_mask`` and ``data.ventricle_mask``
+    (set only those; :class:`VolumeTrainConfig`
     refuses model values that differ).
     :func:`load_volume_config` and :func:`train_volumes` call this; it is idempotent.
     """
@@ -115,8 +121,9 @@ def with_derived_values(cfg: VolumeTrainConfig) -> VolumeTrainConfig:
     args = dict(cfg.train.model_args)
     args.setdefault("brain_size", list(cfg.data.brain_size))
     args.setdefault("hipp_size", list(cfg.data.hipp_size))
-    if cfg.data.hipp_mask:
-        args.setdefault("roi_pool", True)
+    for arg, setting in LABEL_CHANNELS.items():
+        if getattr(cfg.data, setting):
+            args.setdefault(arg, True)
     return replace(cfg, train=replace(cfg.train, model_args=args))
 
 
