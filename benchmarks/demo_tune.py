@@ -18,6 +18,9 @@ the candidate, unlike the validation AUC (the validation split also chose the ep
         --methods nnpu --set train.lr=0.003
     # two candidates' held-out AUC, paired over (cohort, training seed) runs and subjects
     python benchmarks/demo_tune.py --compare lr3,lr3t1 default,defaultt1
+    # a cohort of another size and fold count (the folds go to cohort/folds-k<K>/)
+    python benchmarks/demo_tune.py --data runs/tune96-s100 --seed 100 --subjects 96 \
+        --folds 2 --name h2 --heldout --methods nnpu --set data.hipp_mask=true
 
 Per method it prints and appends to ``benchmarks/results/demo-tuning.jsonl``: the
 validation AUC for amyloid status (truth) pooled over the folds' validation rows (a
@@ -43,8 +46,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 
-def prepare(data: Path, seed: int, subjects: int) -> list[Path]:
-    """The demo's stages 1-3 in ``data`` (each resumes); returns the fold manifests."""
+def prepare(data: Path, seed: int, subjects: int, folds: int) -> list[Path]:
+    """The demo's stages 1-3 in ``data`` (each resumes); returns the fold manifests
+    (``cohort/folds-k<folds>/``, so one cohort serves candidates with other fold counts)."""
     from adni_pu.cohort import read_manifest
     from adni_pu.workflows.crossval import fold_manifests
     from adni_pu.workflows.demo import (
@@ -54,12 +58,13 @@ def prepare(data: Path, seed: int, subjects: int) -> list[Path]:
         preprocess_stage,
     )
 
-    settings = DemoSettings(out=data, seed=seed, subjects=subjects)
+    settings = DemoSettings(out=data, seed=seed, subjects=subjects, folds=folds)
     synth = generate_stage(data, settings, print)
     summary, note = preprocess_stage(data, synth, settings, print)
     print("     ", note)
     _, manifest = cohort_stage(data / "cohort", synth, summary, seed, print)
-    return fold_manifests(read_manifest(manifest), settings.folds, seed, data / "cohort" / "folds")
+    return fold_manifests(read_manifest(manifest), folds, seed,
+                          data / "cohort" / f"folds-k{folds}")
 
 
 def validation_rows(run: Path, fold: int) -> object:
@@ -119,7 +124,7 @@ def train_fit(runs: Path, folds: list[Path]) -> dict:
 
     out: dict = {"runs": str(runs), "split": "train", "pu_label_auc": [], "truth_auc": []}
     for k, path in enumerate(folds):
-        cfg, model, _ = load_run(runs / f"fold{k}", "cpu")
+        cfg, model, _ = load_run(runs / f"k{len(folds)}-fold{k}", "cpu")
         frame = pd.read_csv(path, dtype={"subject_id": str})
         rows = frame[frame["split"] == "train"]
         dataset = build_volume_dataset(frame, "train", cfg.data, train=False,
@@ -141,19 +146,21 @@ def heldout_record(rows: Any, auc: Callable[[Any, str], float]) -> dict:
                                     for r in known.itertuples()]}
 
 
-def _run_key(record: dict) -> tuple[int, int]:
-    """(cohort seed, training seed) of a tuning record: what two candidates pair on."""
+def _run_key(record: dict) -> tuple[int, int, int]:
+    """(cohort seed, training seed, cohort size) of a tuning record: what two candidates
+    pair on (records made before the size was recorded are of 48-subject cohorts)."""
     seed = record["cohort_seed"]
     for item in record.get("overrides", []):
         if item.replace(" ", "").startswith("train.seed="):
             seed = int(item.split("=", 1)[1])
-    return record["cohort_seed"], seed
+    return record["cohort_seed"], seed, int(record.get("subjects", 48))
 
 
 def compare(log_path: Path, first: list[str], second: list[str], n_boot: int = 2000,
             seed: int = 0) -> dict:
     """Held-out AUC of two candidates (each a list of record names, e.g. a name and its
-    training-seed-1 twin), paired over runs (cohort, training seed) and subjects.
+    training-seed-1 twin), paired over runs (cohort, training seed, cohort size) and
+    subjects.
 
     The score is the mean over the common runs of each run's pooled held-out AUC; the CI
     of the difference (first minus second) resamples subjects within every run, the same
@@ -208,7 +215,8 @@ def main() -> None:
                    "comma-separated list of names, e.g. c8,c8t1 c0,c0t1); nothing is trained")
     p.add_argument("--data", type=Path, help="a demo folder (made if absent)")
     p.add_argument("--seed", type=int, help="the cohort's (and training) seed")
-    p.add_argument("--subjects", type=int, default=48)
+    p.add_argument("--subjects", type=int, default=None, help="default: the demo's")
+    p.add_argument("--folds", type=int, default=None, help="default: the demo's")
     p.add_argument("--prepare-only", action="store_true")
     p.add_argument("--train-fit", action="store_true",
                    help="score the selected models of candidate --name on their own training "
@@ -232,7 +240,12 @@ def main() -> None:
     if args.data is None or args.seed is None:
         p.error("--data and --seed are needed (except with --compare)")
 
-    folds = prepare(args.data, args.seed, args.subjects)
+    from adni_pu.workflows.demo import DemoSettings
+
+    defaults = DemoSettings()
+    args.subjects = args.subjects or defaults.subjects
+    args.folds = args.folds or defaults.folds
+    folds = prepare(args.data, args.seed, args.subjects, args.folds)
     if args.prepare_only:
         return
     if args.train_fit:
@@ -243,9 +256,7 @@ def main() -> None:
         print(json.dumps(reference_on_validation(folds, args.heldout)))
         return
     if args.epochs is None:
-        from adni_pu.workflows.demo import DemoSettings
-
-        args.epochs = DemoSettings().epochs
+        args.epochs = defaults.epochs
 
     import numpy as np
     import pandas as pd
@@ -268,7 +279,7 @@ def main() -> None:
             values = method_settings(args.epochs, args.seed, args.threads,
                                      args.data / "cache", extra)
             cfg = load_volume_config(None, args.overrides, preset=method, values=values)
-            run = args.data / "tune" / args.name / method / f"fold{k}"
+            run = args.data / "tune" / args.name / method / f"k{args.folds}-fold{k}"
             fit = train_volumes(path, cfg, run)
             best.append(fit.best_epoch + 1)
             parts.append(validation_rows(run, k))
@@ -278,7 +289,7 @@ def main() -> None:
         per_fold = [auc(g, "truth") for _, g in rows.groupby("fold")]
         record = {
             "name": args.name, "method": method, "cohort_seed": args.seed,
-            "epochs": args.epochs, "overrides": args.overrides,
+            "subjects": args.subjects, "folds": args.folds, "epochs": args.epochs, "overrides": args.overrides,
             "demo_training": DEMO_TRAINING,
             "val_auc_pooled": round(auc(rows, "truth"), 4),
             "val_auc_fold_mean": round(float(np.nanmean(per_fold)), 4),

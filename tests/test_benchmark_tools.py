@@ -157,11 +157,14 @@ def test_demo_tune_compare_pairs_runs_and_subjects(tmp_path: Path) -> None:
         # no twin in "good": left out of the pairing
         {"name": "bad", "cohort_seed": 101, "overrides": [], "heldout_predictions": half},
         {"name": "other", "cohort_seed": 100, "overrides": [], "val_auc_pooled": 0.5},
+        # another cohort of the same seed (96 subjects): never paired with the 48-subject one
+        {"name": "big", "cohort_seed": 100, "subjects": 96, "overrides": [],
+         "heldout_predictions": perfect},
     ]
     log = tmp_path / "tuning.jsonl"
     log.write_text("".join(json.dumps(r) + "\n" for r in records))
     out = tune.compare(log, ["good", "goodt1"], ["bad", "badt1"], n_boot=200)
-    assert out["runs"] == [[100, 1], [100, 100]]
+    assert out["runs"] == [[100, 1, 48], [100, 100, 48]]
     assert out["heldout_auc_first"] == 1.0
     assert out["heldout_auc_second"] == pytest.approx((0.0 + 6 / 9) / 2, abs=1e-4)
     assert out["difference"] == pytest.approx(1 - 1 / 3, abs=1e-4)
@@ -169,3 +172,5 @@ def test_demo_tune_compare_pairs_runs_and_subjects(tmp_path: Path) -> None:
     assert out["share_above_0"] == 1.0
     with pytest.raises(SystemExit, match="no run"):
         tune.compare(log, ["good"], ["other"])
+    with pytest.raises(SystemExit, match="no run"):
+        tune.compare(log, ["big"], ["bad"])

@@ -19,3 +19,49 @@ def test_deepbet_finds_the_brain_of_a_synthetic_head() -> None:
     dice = 2 * (mask & head.brain).sum() / (mask.sum() + head.brain.sum())
     assert dice > 0.85, dice
     assert not mask[~np.asarray(head.data > 0)].all()
+
+
+def test_deepbet_at_192_agrees_with_its_own_256() -> None:
+    from adni_pu.preprocessing.skullstrip import skull_strip
+
+    head = synthetic_head(spacing=3.0, shape=(60, 72, 60), seed=5)
+    full = skull_strip(head.data, head.affine, SkullStripSettings(method="deepbet"))
+    small = skull_strip(head.data, head.affine,
+                        SkullStripSettings(method="deepbet", deepbet_size=192))
+    assert 2 * (full & small).sum() / (full.sum() + small.sum()) > 0.97
+
+
+@pytest.mark.parametrize("size", [64, 200, 352])
+def test_deepbet_size_out_of_range_is_refused(size: int) -> None:
+    from adni_pu.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="deepbet_size"):
+        SkullStripSettings(deepbet_size=size)
+
+
+def test_deepbet_at_192_on_colin27_matches_the_reference_mask() -> None:
+    """Real head (skips without ../shared/data): Dice vs ch2bet > 0 as at deepbet's 256."""
+    from pathlib import Path
+
+    import nibabel as nib
+
+    from adni_pu.preprocessing.skullstrip import skull_strip
+
+    root = Path(__file__).resolve().parents[2] / "shared" / "data" / "mri" / "colin27"
+    if not (root / "ch2.nii.gz").is_file():
+        pytest.skip("../shared/data/mri/colin27 is not here")
+    img = nib.as_closest_canonical(nib.load(root / "ch2.nii.gz"))
+    ref = np.asarray(nib.as_closest_canonical(nib.load(root / "ch2bet.nii.gz")).dataobj) > 0
+    mask = skull_strip(np.asarray(img.dataobj, np.float32), img.affine,
+                       SkullStripSettings(method="deepbet", deepbet_size=192))
+    assert 2 * (mask & ref).sum() / (mask.sum() + ref.sum()) >= 0.93
+
+
+def test_deepbet_size_at_its_default_keeps_earlier_settings_hashes() -> None:
+    """Folders preprocessed before the setting existed still resume (the same hash)."""
+    from adni_pu.preprocessing.config import load_config, settings_hash
+
+    default = load_config()
+    assert settings_hash(default) == settings_hash(load_config(None, ["skullstrip.deepbet_size=256"]))
+    assert settings_hash(default) == "dbe33973b7e3f41c"  # the hash before deepbet_size existed
+    assert settings_hash(load_config(None, ["skullstrip.deepbet_size=192"])) != settings_hash(default)

@@ -90,7 +90,8 @@ def test_demo_settings_as_values_resolve_as_the_set_strings_did(tmp_path):
     as_text = ["train.batch_size=8", "train.eval_batch_size=16", "train.lr=0.001",
                "train.progress=false", "train.model_args.channels=[8, 16]",
                "train.model_args.hidden=64", "train.model_args.global_pool=true",
-               "data.brain_size=[40, 40, 40]", "bootstrap=0", "train.epochs=8",
+               "data.brain_size=[40, 40, 40]", "data.hipp_mask=true", "bootstrap=0",
+               "train.epochs=8",
                'data.cache="disk"', f'data.cache_dir="{cache.resolve()}"', "train.threads=2",
                "train.seed=3", "train.selfpu.warmup_epochs=2",
                "train.selfpu.self_paced_end=5", "train.selfpu.select_every=1",
@@ -115,10 +116,11 @@ def test_demo_preprocessing_and_cohort_settings_as_values_equal_the_old_strings(
     strings = load_config(None, [
         "registration.resolution_mm=4.0", "registration.iterations=[50,20]",
         "registration.shrink_factors=[2,1]", "registration.smoothing_sigmas=[1.0,0.0]",
-        "qc.min_brain_ml=400.0"])
+        "qc.min_brain_ml=400.0", "skullstrip.deepbet_size=192"])
     values = load_config(values=FAST_PREPROCESSING)
     assert values == strings and settings_hash(values) == settings_hash(strings)
     assert values.registration.resolution_mm == 4.0  # not the default
+    assert values.skullstrip.deepbet_size == 192
     cohort = load_cohort_config(values={"split": {"seed": 3, "test_fraction": 0.25}},
                                 preset="centiloid")
     assert cohort == load_cohort_config(None, ["split.seed=3", "split.test_fraction=0.25"],

@@ -33,7 +33,8 @@ def _deepbet_model():
 
 
 def deepbet_mask(data: np.ndarray, settings: SkullStripSettings) -> np.ndarray:
-    """Brain mask from deepbet on a canonical (RAS) array."""
+    """Brain mask from deepbet on a canonical (RAS) array; its CNN sees the brain's bounding
+    box resampled to ``settings.deepbet_size`` cubed."""
     import os
 
     import torch
@@ -50,7 +51,7 @@ def deepbet_mask(data: np.ndarray, settings: SkullStripSettings) -> np.ndarray:
         ) from exc
     x = np.nan_to_num(np.asarray(data, dtype=np.float32)).copy()
     with torch.inference_mode():
-        prob = bet.run_model(x)
+        prob = bet.run_model(x, shape=(settings.deepbet_size,) * 3)
     mask = prob > settings.threshold
     if not mask.any():
         return mask
