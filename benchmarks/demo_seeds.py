@@ -10,9 +10,11 @@ Each seed is a fresh cohort (the generator's seed), fresh folds and fresh traini
 
 The table gives, per seed, each method's and each reference line's AUC [95 % CI] on the
 pooled held-out subjects, the wall time (``/usr/bin/time``'s elapsed time when the
-``.time`` file beside the run folder has it, else the demo's own total), and the paired
-difference of AUC (Self-PU minus nnPU, nnPU minus naive) with a paired bootstrap CI over
-the seeds and the subjects within each seed.
+``.time`` file beside the run folder has it, else the demo's own total), the mean (std)
+over seeds, and the paired difference of AUC (Self-PU minus nnPU, nnPU minus naive, nnPU
+minus uPU, Self-PU minus naive, and the CNN methods minus the logistic-regression
+reference) with a paired bootstrap CI over the seeds and the subjects within each seed.
+Over more seeds (``--name demo-benchmark``) the same table is the synthetic benchmark.
 """
 
 from __future__ import annotations
@@ -26,7 +28,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-PAIRS: tuple[tuple[str, str], ...] = (("selfpu", "nnpu"), ("nnpu", "naive"))
+# Paired differences reported: the issue's two, then the rest of the method ladder and the
+# CNN against the logistic-regression reference (same subjects, same folds).
+LOGISTIC = "logistic regression on 2 volumes"
+PAIRS: tuple[tuple[str, str], ...] = (("selfpu", "nnpu"), ("nnpu", "naive"), ("nnpu", "upu"),
+                                      ("selfpu", "naive"), ("selfpu", LOGISTIC),
+                                      ("nnpu", LOGISTIC))
 
 
 def _ci(entry: dict) -> str:
@@ -45,11 +52,32 @@ def _wall(run: Path, record: dict) -> tuple[float, str]:
     return float(record["times_s"]["total"]), "demo total"
 
 
+def _predictions(record: dict, name: str) -> list[dict]:
+    """Per-subject held-out predictions of a method or a reference line of one seed."""
+    source = record["results"] if name in record["results"] else record["references"]
+    return source[name]["predictions"]
+
+
+def _mean_row(summary: list[dict], methods: list[str], refs: list[str]) -> str:
+    """The table's last row: mean (std) over seeds of each AUC, and of the wall time."""
+    import numpy as np
+
+    def cell(values: list[float]) -> str:
+        return f"{np.mean(values):.3f} ({np.std(values, ddof=1) if len(values) > 1 else 0:.3f})"
+
+    walls = [s["wall_s"] / 60 for s in summary]
+    cells = [cell([s["auc"][m]["value"] for s in summary]) for m in methods]
+    cells += [cell([s["references"][r]["value"] for s in summary]) for r in refs]
+    return (f"| mean (std) | {np.mean(walls):.1f} min | {sum(s['n_scored'] for s in summary)} "
+            "in all | " + " | ".join(cells) + " |")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", type=Path, nargs="+", required=True)
     p.add_argument("--name", default="demo-seeds")
     p.add_argument("--load", default="", help="load average while measuring (for the record)")
+    p.add_argument("--out-dir", type=Path, default=REPO / "benchmarks" / "results")
     args = p.parse_args()
 
     import pandas as pd
@@ -74,6 +102,7 @@ def main() -> None:
         rows.append(f"| {seed} | {wall / 60:.1f} min | {first['n_scored']} "
                     f"({first['n_positive']}) | " + " | ".join(cells) + " |")
         summary.append({"run": str(run), "seed": seed, "wall_s": round(wall, 1),
+                        "n_scored": first["n_scored"],
                         "wall_source": source, "times_s": rec["times_s"],
                         "auc": {m: rec["results"][m]["pooled"]["metrics"]["auc"]
                                 for m in methods},
@@ -82,11 +111,12 @@ def main() -> None:
                         "nn_correction": {m: rec["results"][m]["nn_correction"]
                                           for m in methods}})
     above = {m: sum(s["auc"][m]["ci_low"] > 0.5 for s in summary) for m in methods}
+    rows.append(_mean_row(summary, methods, refs))
     paired = []
     for a, b in PAIRS:
-        if a not in methods or b not in methods:
+        if not {a, b} <= set(methods) | set(refs):
             continue
-        frames = {m: pd.concat([pd.DataFrame(rec["results"][m]["predictions"]).assign(
+        frames = {m: pd.concat([pd.DataFrame(_predictions(rec, m)).assign(
             seed=rec["settings"]["seed"]) for rec in records.values()]) for m in (a, b)}
         d = paired_difference(frames[a], frames[b])
         paired.append({"pair": f"{a} - {b}", **d})
@@ -107,7 +137,7 @@ def main() -> None:
                      f"{d['ci_high']:+.3f}] | {d['share_a_better']:.2f} | {d['n_subjects']} |")
     lines += ["", "From `python benchmarks/demo_seeds.py --runs "
               + " ".join(str(r) for r in args.runs) + "`.", ""]
-    out = REPO / "benchmarks" / "results"
+    out = args.out_dir
     atomic_write_text(out / f"{args.name}.md", "\n".join(lines))
     atomic_write_text(out / f"{args.name}.json", json.dumps(
         {"command": "python benchmarks/demo_seeds.py " + " ".join(sys.argv[1:]),

@@ -289,7 +289,8 @@ def main() -> None:
         per_fold = [auc(g, "truth") for _, g in rows.groupby("fold")]
         record = {
             "name": args.name, "method": method, "cohort_seed": args.seed,
-            "subjects": args.subjects, "folds": args.folds, "epochs": args.epochs, "overrides": args.overrides,
+            "subjects": args.subjects, "folds": args.folds, "epochs": args.epochs,
+            "overrides": args.overrides,
             "demo_training": DEMO_TRAINING,
             "val_auc_pooled": round(auc(rows, "truth"), 4),
             "val_auc_fold_mean": round(float(np.nanmean(per_fold)), 4),

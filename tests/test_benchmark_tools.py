@@ -174,3 +174,51 @@ def test_demo_tune_compare_pairs_runs_and_subjects(tmp_path: Path) -> None:
         tune.compare(log, ["good"], ["other"])
     with pytest.raises(SystemExit, match="no run"):
         tune.compare(log, ["big"], ["bad"])
+
+
+def _demo_record(seed: int, shift: float) -> dict:
+    """A demo.json of one seed: methods and reference lines scoring the same 8 subjects."""
+    truth = [0, 0, 0, 0, 1, 1, 1, 1]
+
+    def preds(logits: list[float]) -> list[dict]:
+        return [{"subject_id": f"s{i}", "logit": v, "truth": t}
+                for i, (v, t) in enumerate(zip(logits, truth))]
+
+    def entry(logits: list[float], auc: float) -> dict:
+        return {"predictions": preds(logits), "nn_correction": 0.0, "pooled": {
+            "n_scored": 8, "n_positive": 4,
+            "metrics": {"auc": {"value": auc, "ci_low": auc - 0.2, "ci_high": auc + 0.1}}}}
+
+    good = [0.0, 0.1, 0.2, 0.3, 1.0, 1.1, 1.2, 1.3]  # AUC 1
+    poor = [1.0, 0.1, 0.2, 0.3, 0.0, 1.1, 1.2, 1.3]  # 4 of 16 pairs misordered: AUC 0.75
+    results = {"naive": entry(poor, 0.75), "upu": entry(poor, 0.75),
+               "nnpu": entry(good, 1.0), "selfpu": entry(good, 1.0)}
+    refs = {"logistic regression on 2 volumes": entry(poor, 0.75)}
+    return {"settings": {"seed": seed}, "times_s": {"total": 60.0 + shift},
+            "results": results, "references": refs}
+
+
+def test_demo_seeds_table_has_mean_row_and_paired_rows_with_the_reference(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    seeds = _script("demo_seeds")
+    runs = []
+    for seed in (0, 1):
+        run = tmp_path / f"demo-seed{seed}"
+        run.mkdir()
+        (run / "demo.json").write_text(json.dumps(_demo_record(seed, 60.0 * seed)))
+        runs.append(str(run))
+    (tmp_path / "demo-seed0.time").write_text("Elapsed (wall clock) time (h:mm:ss or m:ss): 8:30.00\n")
+    monkeypatch.setattr("sys.argv", ["demo_seeds.py", "--runs", *runs, "--name", "t",
+                                     "--out-dir", str(tmp_path)])
+    seeds.main()
+    table = (tmp_path / "t.md").read_text()
+    record = json.loads((tmp_path / "t.json").read_text())
+    assert [s["wall_s"] for s in record["seeds"]] == [510.0, 120.0]  # /usr/bin/time, then total
+    assert "| mean (std) | 5.2 min | 16 in all | 0.750 (0.000) |" in table
+    pairs = {d["pair"]: d for d in record["paired"]}
+    assert list(pairs) == ["selfpu - nnpu", "nnpu - naive", "nnpu - upu", "selfpu - naive",
+                           "selfpu - logistic regression on 2 volumes",
+                           "nnpu - logistic regression on 2 volumes"]
+    assert pairs["selfpu - nnpu"]["value"] == 0.0
+    assert pairs["nnpu - naive"]["value"] == pytest.approx(0.25)
+    assert pairs["selfpu - logistic regression on 2 volumes"]["n_subjects"] == 16

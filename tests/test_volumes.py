@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from pathlib import Path
 
 import nibabel as nib
 import numpy as np
@@ -158,6 +159,27 @@ def test_disk_cache(manifest, tmp_path):
     assert any((tmp_path / "cache").iterdir())
     again = build_volume_dataset(manifest, "train", dataclasses.replace(cfg), train=False)[2]
     assert torch.equal(first["brain"], again["brain"])
+
+
+def test_disk_cache_is_shared_between_folds_and_keeps_each_folds_labels(manifest, tmp_path):
+    """Another fold puts the same scans in other splits at other positions: the cached
+    stage is not recomputed (one file per scan), and each item carries its own fold's row."""
+    cfg = VolumeDataConfig(cache="disk", cache_dir=tmp_path / "cache")
+    train = build_volume_dataset(manifest, "train", cfg, train=False)
+    firsts = [train[i] for i in range(len(train))]
+    files = sorted((tmp_path / "cache").iterdir())
+    assert len(files) == 3
+    other = pd.read_csv(manifest)
+    other["split"] = ["test", "train", "train", "train"]  # S0 leaves train, S3 joins
+    other["pu_label"] = [0, 0, 1, 1]
+    other_train = build_volume_dataset(other, "train", cfg, train=False,
+                                       base_dir=Path(manifest).parent)
+    items = [other_train[i] for i in range(len(other_train))]
+    assert len(sorted((tmp_path / "cache").iterdir())) == 4  # only S3 was new
+    assert [(it["subject_id"], it["index"], it["pu_label"]) for it in items] == [
+        ("S1", 0, 0), ("S2", 1, 1), ("S3", 2, 1)]
+    assert torch.equal(items[0]["brain"], firsts[1]["brain"])  # S1's cached volume reused
+    assert items[1]["truth"] == 0.0 and firsts[0]["truth"] != firsts[0]["truth"]  # S0: nan
 
 
 def test_synthetic_ideal_preprocessed_scans_feed_the_pipeline(tmp_path):

@@ -405,13 +405,16 @@ class VolumeDataset(Dataset):
                                           * torch.randn_like(out[key][:1]), out[key][1:]])
         for key in BRANCH_KEYS:
             out[key] = torch.as_tensor(out[key], dtype=torch.float32).contiguous()
-        truth = item.get("truth")
+        # labels and ids from this split's own row, not the cached item: the disk cache is
+        # keyed by the scan alone, so its item may come from another fold or split
+        meta = self.base.data[index]
+        truth = meta.get("truth")
         out.update({
-            "pu_label": int(item["pu_label"]),
+            "pu_label": int(meta["pu_label"]),
             "truth": float("nan") if truth is None else float(truth),
-            "index": int(item["index"]),
-            "subject_id": str(item["subject_id"]),
-            "session_id": str(item["session_id"]),
+            "index": int(meta["index"]),
+            "subject_id": str(meta["subject_id"]),
+            "session_id": str(meta["session_id"]),
         })
         return out
 
@@ -500,6 +503,15 @@ def _unwrap(exc: BaseException) -> BaseException:
     return root if isinstance(root, (ValueError, OSError, KeyError)) else exc
 
 
+def scan_cache_hash(item: dict[str, Any]) -> bytes:
+    """Disk-cache file name of an item: its scan path and ``cache_key`` (the file's time,
+    size and the cached stage's settings) only, so every fold, split and run that reads the
+    same scan with the same settings shares one cache file (the item's labels and position
+    differ between folds and are not part of it)."""
+    text = json.dumps([str(item["brain"]), str(item["cache_key"])])
+    return hashlib.sha256(text.encode()).hexdigest()[:32].encode()
+
+
 def _cached_dataset(data: list[dict[str, Any]], cfg: VolumeDataConfig) -> Any:
     from monai.data import CacheDataset, PersistentDataset
     from monai.data import Dataset as MonaiDataset
@@ -515,5 +527,6 @@ def _cached_dataset(data: list[dict[str, Any]], cfg: VolumeDataConfig) -> Any:
         if cfg.cache_dir is None:
             raise ConfigError("cache = 'disk' needs cache_dir")
         cfg.cache_dir.mkdir(parents=True, exist_ok=True)
-        return PersistentDataset(data, transform, cache_dir=cfg.cache_dir)
+        return PersistentDataset(data, transform, cache_dir=cfg.cache_dir,
+                                 hash_func=scan_cache_hash)
     return MonaiDataset(data, transform)

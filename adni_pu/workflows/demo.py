@@ -7,7 +7,7 @@ fallback for machines where preprocessing is too slow) -> build the cohort
 (``adni_pu.workflows.train``) -> score the held-out subjects -> ``report.md`` with the pooled
 results table, reference lines, an ROC plot, an explanation and the time of every stage.
 
-The defaults aim at 10 minutes on a 2-core CPU: 84 subjects with one baseline scan each
+The defaults aim at 10 minutes on a 2-core CPU: 80 subjects with one baseline scan each
 at 3 mm and disease effects within published ADNI effect sizes (docs/volumes.md, "Effect
 sizes"), fast registration and skull-stripping settings, a slim 3-branch CNN (8 and 16
 channels, each branch ending in a global average pool, the hippocampus branches pooling
@@ -58,7 +58,7 @@ DEMO_TRAINING: dict[str, Any] = {
 class DemoSettings:
     """What the demo runs."""
 
-    subjects: int = 84
+    subjects: int = 80
     out: Path = Path("adni-pu-demo")
     preprocessing: str = "real"
     epochs: int = 8
