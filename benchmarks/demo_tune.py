@@ -146,21 +146,22 @@ def heldout_record(rows: Any, auc: Callable[[Any, str], float]) -> dict:
                                     for r in known.itertuples()]}
 
 
-def _run_key(record: dict) -> tuple[int, int, int]:
-    """(cohort seed, training seed, cohort size) of a tuning record: what two candidates
-    pair on (records made before the size was recorded are of 48-subject cohorts)."""
+def _run_key(record: dict) -> tuple[str, int, int, int]:
+    """(method, cohort seed, training seed, cohort size) of a tuning record: what two
+    candidates pair on (records made before the size was recorded are of 48-subject
+    cohorts). A later record with the same name and key replaces an earlier one."""
     seed = record["cohort_seed"]
     for item in record.get("overrides", []):
         if item.replace(" ", "").startswith("train.seed="):
             seed = int(item.split("=", 1)[1])
-    return record["cohort_seed"], seed, int(record.get("subjects", 48))
+    return record["method"], record["cohort_seed"], seed, int(record.get("subjects", 48))
 
 
 def compare(log_path: Path, first: list[str], second: list[str], n_boot: int = 2000,
             seed: int = 0) -> dict:
     """Held-out AUC of two candidates (each a list of record names, e.g. a name and its
-    training-seed-1 twin), paired over runs (cohort, training seed, cohort size) and
-    subjects.
+    training-seed-1 twin), paired over runs (method, cohort, training seed, cohort size)
+    and subjects.
 
     The score is the mean over the common runs of each run's pooled held-out AUC; the CI
     of the difference (first minus second) resamples subjects within every run, the same

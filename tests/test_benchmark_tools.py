@@ -139,8 +139,8 @@ def test_parallel_runs_reports_failed_jobs_and_logs_them(tmp_path: Path, monkeyp
 
 
 def test_demo_tune_compare_pairs_runs_and_subjects(tmp_path: Path) -> None:
-    """``demo_tune.py --compare``: candidates pair on (cohort, training seed) runs and on
-    subjects; the score is the mean of per-run held-out AUCs; the paired CI of a
+    """``demo_tune.py --compare``: candidates pair on (method, cohort, training seed, cohort
+    size) runs and on subjects; the score is the mean of per-run held-out AUCs; the paired CI of a
     difference that holds in every resample excludes 0."""
     tune = _script("demo_tune")
     truth = [0, 0, 0, 1, 1, 1]
@@ -148,23 +148,30 @@ def test_demo_tune_compare_pairs_runs_and_subjects(tmp_path: Path) -> None:
     inverted = [[f"s{i}", -float(t), t] for i, t in enumerate(truth)]
     half = [[f"s{i}", float(i % 2), t] for i, t in enumerate(truth)]  # AUC 6/9 (ties half)
     records = [
-        {"name": "good", "cohort_seed": 100, "overrides": [], "heldout_predictions": perfect},
-        {"name": "goodt1", "cohort_seed": 100, "overrides": ["train.seed=1"],
+        {"method": "nnpu", "name": "good", "cohort_seed": 100, "overrides": [],
          "heldout_predictions": perfect},
-        {"name": "bad", "cohort_seed": 100, "overrides": [], "heldout_predictions": inverted},
-        {"name": "badt1", "cohort_seed": 100, "overrides": ["train.seed = 1"],
+        {"method": "nnpu", "name": "goodt1", "cohort_seed": 100, "overrides": ["train.seed=1"],
+         "heldout_predictions": perfect},
+        {"method": "nnpu", "name": "bad", "cohort_seed": 100, "overrides": [],
+         "heldout_predictions": inverted},
+        {"method": "nnpu", "name": "badt1", "cohort_seed": 100, "overrides": ["train.seed = 1"],
          "heldout_predictions": half},
         # no twin in "good": left out of the pairing
-        {"name": "bad", "cohort_seed": 101, "overrides": [], "heldout_predictions": half},
-        {"name": "other", "cohort_seed": 100, "overrides": [], "val_auc_pooled": 0.5},
+        {"method": "nnpu", "name": "bad", "cohort_seed": 101, "overrides": [],
+         "heldout_predictions": half},
+        {"method": "nnpu", "name": "other", "cohort_seed": 100, "overrides": [],
+         "val_auc_pooled": 0.5},
         # another cohort of the same seed (96 subjects): never paired with the 48-subject one
-        {"name": "big", "cohort_seed": 100, "subjects": 96, "overrides": [],
+        {"method": "nnpu", "name": "big", "cohort_seed": 100, "subjects": 96,
+         "overrides": [], "heldout_predictions": perfect},
+        # the same cohort and seeds but another method: never paired with nnPU's
+        {"method": "naive", "name": "naiveonly", "cohort_seed": 100, "overrides": [],
          "heldout_predictions": perfect},
     ]
     log = tmp_path / "tuning.jsonl"
     log.write_text("".join(json.dumps(r) + "\n" for r in records))
     out = tune.compare(log, ["good", "goodt1"], ["bad", "badt1"], n_boot=200)
-    assert out["runs"] == [[100, 1, 48], [100, 100, 48]]
+    assert out["runs"] == [["nnpu", 100, 1, 48], ["nnpu", 100, 100, 48]]
     assert out["heldout_auc_first"] == 1.0
     assert out["heldout_auc_second"] == pytest.approx((0.0 + 6 / 9) / 2, abs=1e-4)
     assert out["difference"] == pytest.approx(1 - 1 / 3, abs=1e-4)
@@ -174,6 +181,8 @@ def test_demo_tune_compare_pairs_runs_and_subjects(tmp_path: Path) -> None:
         tune.compare(log, ["good"], ["other"])
     with pytest.raises(SystemExit, match="no run"):
         tune.compare(log, ["big"], ["bad"])
+    with pytest.raises(SystemExit, match="no run"):
+        tune.compare(log, ["naiveonly"], ["bad"])
 
 
 def _demo_record(seed: int, shift: float) -> dict:

@@ -64,6 +64,10 @@ def test_roi_pool_follows_the_label_channel():
     with pytest.raises(cfgmod.ConfigError, match="set only data.ventricle_mask"):
         load_volume_config(None, ["data.ventricle_mask=true",
                                   "train.model_args.brain_roi=false"], "nnpu")
+    for setting in ("hipp_mask", "ventricle_mask"):  # a label channel needs the pooled head
+        with pytest.raises(cfgmod.ConfigError, match=f"data.{setting}=true needs train."
+                           "model_args.global_pool=true"):
+            load_volume_config(None, [f"data.{setting}=true"], "nnpu")
 
 
 def test_preset_and_values_resolve_like_the_command_line(tmp_path):

@@ -49,8 +49,8 @@ class SkullStripSettings:
     threshold: float = 0.5
     n_dilate: int = 0
     # deepbet resamples the brain's bounding box to this cube before its CNN (deepbet's own
-    # choice: 256). 192 takes about 40 % of the time at the same Dice against ch2bet on
-    # Colin27 (docs/preprocessing.md, "deepbet input size"); 128 loses accuracy.
+    # choice: 256). 192 takes about half the time at the same Dice against ch2bet on
+    # Colin27 (docs/preprocessing.md, "deepbet's input size"); 128 loses accuracy.
     deepbet_size: int = 256
 
     def __post_init__(self) -> None:

@@ -33,7 +33,7 @@ from adni_pu import fileio
 from adni_pu.errors import ConfigError, OutputError
 
 # Preprocessing settings for small synthetic heads, from docs/preprocessing.md (as values);
-# deepbet at 192^3 takes about 40 % of its time at 256^3 at the same Dice on Colin27.
+# deepbet at 192^3 takes about half its time at 256^3 at the same Dice on Colin27.
 FAST_PREPROCESSING: dict[str, Any] = {
     "registration": {"resolution_mm": 4.0, "iterations": [50, 20], "shrink_factors": [2, 1],
                      "smoothing_sigmas": [1.0, 0.0]},

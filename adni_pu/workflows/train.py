@@ -100,6 +100,10 @@ class VolumeTrainConfig:
                     f", data.hipp_size={list(self.data.hipp_size)}; set only the data sizes")
             for arg, setting in LABEL_CHANNELS.items():
                 given = bool(getattr(self.data, setting))
+                if given and not args.get("global_pool", False):
+                    raise ConfigError(f"data.{setting}=true needs train.model_args.global_pool"
+                                      "=true (a branch averages its feature maps inside the "
+                                      "label channel, which only the pooled head takes)")
                 if bool(args.get(arg, given)) != given:
                     raise ConfigError(f"train.model_args {arg}={args[arg]} differs from "
                                       f"data.{setting}={given}; set only data.{setting} "
