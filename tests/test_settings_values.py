@@ -62,8 +62,8 @@ def test_roi_pool_follows_the_label_channel():
     assert both.train.model_args["brain_roi"] is True and "roi_pool" not in \
         both.train.model_args
     with pytest.raises(cfgmod.ConfigError, match="set only data.ventricle_mask"):
-        load_volume_config(None, ["data.ventricle_mask=true",
-                                  "train.model_args.brain_roi=false"], "nnpu")
+        load_volume_config(None, ["data.ventricle_mask=true", "train.model_args.global_pool"
+                                  "=true", "train.model_args.brain_roi=false"], "nnpu")
     for setting in ("hipp_mask", "ventricle_mask"):  # a label channel needs the pooled head
         with pytest.raises(cfgmod.ConfigError, match=f"data.{setting}=true needs train."
                            "model_args.global_pool=true"):

@@ -82,7 +82,8 @@ def explanation(settings: Any, results: dict[str, dict[str, Any]],
         "for Self-PU, the student or teacher; the held-out subjects decided nothing. With "
         f"{n} subjects a 95 % CI of the AUC spans about +-{half:.2f}: methods whose "
         "intervals overlap are not separated by this demo "
-        "(benchmarks/demo_cohort.py compares them on more subjects and seeds).",
+        "(`benchmarks/demo_seeds.py` pools several seeds' demos and gives paired "
+        "differences between methods with a CI over seeds and subjects).",
     ]
     verdict = ("AUC CI above 0.5: " + (", ".join(above) if above else "none")
                + ("; not above 0.5: " + ", ".join(not_above) if not_above else "") + ".")
