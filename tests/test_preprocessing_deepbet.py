@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import shared_path
 
 from adni_pu.preprocessing.config import SkullStripSettings
 from adni_pu.preprocessing.phantom import synthetic_head
@@ -41,15 +42,11 @@ def test_deepbet_size_out_of_range_is_refused(size: int) -> None:
 
 def test_deepbet_at_192_on_colin27_matches_the_reference_mask() -> None:
     """Real head (skips without ../shared/data): Dice vs ch2bet > 0 as at deepbet's 256."""
-    from pathlib import Path
-
     import nibabel as nib
 
     from adni_pu.preprocessing.skullstrip import skull_strip
 
-    root = Path(__file__).resolve().parents[2] / "shared" / "data" / "mri" / "colin27"
-    if not (root / "ch2.nii.gz").is_file():
-        pytest.skip("../shared/data/mri/colin27 is not here")
+    root = shared_path("mri", "colin27")
     img = nib.as_closest_canonical(nib.load(root / "ch2.nii.gz"))
     ref = np.asarray(nib.as_closest_canonical(nib.load(root / "ch2bet.nii.gz")).dataobj) > 0
     mask = skull_strip(np.asarray(img.dataobj, np.float32), img.affine,
