@@ -109,3 +109,39 @@ def test_virtual_step_leaves_batchnorm_statistics_alone():
     # the real step can still back-propagate through the same forward
     logits.sum().backward()
     assert model.net[0].weight.grad is not None
+
+
+def test_running_batchnorm_mode_scores_like_evaluation_and_restores_the_mode():
+    model, x, _ = tiny_setup(bn=True)
+    model.train()
+    model(x)  # running statistics now differ from any other batch's own
+    bn = model.net[1]
+    before = (bn.running_mean.clone(), bn.running_var.clone(), bn.num_batches_tracked.clone())
+    x_val = torch.randn(8, 3, dtype=torch.float64) + 2.0  # a batch unlike the training one
+    params = dict(model.named_parameters())
+    running = calibration.functional_forward(model, params, x_val, bn="running")
+    batch = calibration.functional_forward(model, params, x_val, bn="batch")
+    assert model.training and bn.training  # the call put the mode back
+    model.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(running.detach(), model(x_val))
+    model.train()
+    with torch.no_grad():
+        # train mode normalises by the batch itself: the validation batch's mean is removed
+        pre = model.net[0](x_val)
+        expected = model.net[3](torch.tanh((pre - pre.mean(0)) / torch.sqrt(
+            pre.var(0, unbiased=False) + bn.eps) * bn.weight + bn.bias)).squeeze(-1)
+        torch.testing.assert_close(batch.detach(), expected)
+    assert not torch.allclose(running, batch)
+    for value, old in zip((bn.running_mean, bn.running_var, bn.num_batches_tracked), before):
+        torch.testing.assert_close(value, old)
+    # the hypergradient flows through the running-statistics forward too
+    logits = model(x)
+
+    def objective(p):
+        out = calibration.functional_forward(model, p, x_val, bn="running")
+        return losses.pu_risk(out[:3], out, 0.4).unbiased
+
+    raw = calibration.hypergradient(model, losses.entropy(logits),
+                                    losses.sigmoid_loss(logits, -1.0), objective, 0.1)
+    assert raw.shape == (2, 6) and raw.abs().sum() > 0

@@ -63,3 +63,14 @@ def test_unknown_preset_and_bad_settings():
         cfgmod.from_dict(TrainConfig, {"selfpu": {"rates": "high"}})
     with pytest.raises(ConfigError, match="pn_validation"):
         cfgmod.from_dict(TrainConfig, {"val_criterion": "pn_accuracy"})
+
+
+def test_meta_bn_preset_and_fingerprint_of_earlier_checkpoints():
+    from adni_pu.pu.checkpoint import config_fingerprint
+
+    base, running = load("selfpu"), load("selfpu-meta-running")
+    assert base.selfpu.meta_bn == "batch" and running.selfpu.meta_bn == "running"
+    # at the value from before the setting existed it stays out of the fingerprint, so
+    # checkpoints written before it resume; another value is another run
+    assert "meta_bn" not in config_fingerprint(base)
+    assert '"meta_bn": "running"' in config_fingerprint(running)

@@ -34,6 +34,7 @@ from torch import nn
 
 ValidationObjective = Callable[[dict[str, torch.Tensor]], torch.Tensor]
 WeightMode = Literal["shrink", "mean-one"]
+BatchNormMode = Literal["batch", "running"]
 TINY = 1e-3  # mean-one: |u| at or below TINY * max |u| over the batch counts as zero
 
 
@@ -73,10 +74,24 @@ def cloned_buffers(model: nn.Module) -> dict[str, torch.Tensor]:
     return {n: b.detach().clone() for n, b in model.named_buffers()}
 
 
-def functional_forward(model: nn.Module, params: dict[str, torch.Tensor], x: object
-                       ) -> torch.Tensor:
-    """Run ``model`` with ``params`` in place of its parameters and private buffer copies."""
-    return torch.func.functional_call(model, {**cloned_buffers(model), **params}, (x,))
+def functional_forward(model: nn.Module, params: dict[str, torch.Tensor], x: object,
+                       bn: BatchNormMode = "batch") -> torch.Tensor:
+    """Run ``model`` with ``params`` in place of its parameters and private buffer copies.
+
+    ``bn="running"`` runs its BatchNorm layers in evaluation mode (normalised by the running
+    statistics, not by this batch's) for the call, whatever the model's mode."""
+    buffers = cloned_buffers(model)
+    if bn == "batch":
+        return torch.func.functional_call(model, {**buffers, **params}, (x,))
+    norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    modes = [m.training for m in norms]
+    try:
+        for m in norms:
+            m.eval()
+        return torch.func.functional_call(model, {**buffers, **params}, (x,))
+    finally:
+        for m, mode in zip(norms, modes):
+            m.train(mode)
 
 
 def hypergradient(

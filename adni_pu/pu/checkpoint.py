@@ -43,11 +43,19 @@ SELECTED = Path("best_model.pt")
 _RESUMABLE_CHANGES = ("epochs", "progress", "num_workers", "threads", "device", "track_test")
 
 
+# settings added after checkpoints existed, with the value that reproduces the behaviour from
+# before: at that value they are left out of the fingerprint, so older checkpoints resume
+_ADDED_LATER: dict[tuple[str, str], Any] = {("selfpu", "meta_bn"): "batch"}
+
+
 def config_fingerprint(cfg: TrainConfig) -> str:
     """The settings a checkpoint must have been made with to be resumed."""
     settings = cfgmod.to_dict(cfg)
     for key in _RESUMABLE_CHANGES:
         settings.pop(key, None)
+    for (section, key), before in _ADDED_LATER.items():
+        if settings.get(section, {}).get(key, before) == before:
+            settings.get(section, {}).pop(key, None)
     return json.dumps(settings, sort_keys=True)
 
 

@@ -70,6 +70,11 @@ class SelfPUConfig:
     # Validation objective of the meta step: the PU risk on the PU validation split, or
     # cross entropy on labelled validation examples (needs TrainConfig.pn_validation).
     meta_objective: Literal["pu_risk", "pn_ce"] = "pu_risk"
+    # BatchNorm in the meta step's forward pass on the validation batch (half labelled
+    # positives, so about 3/4 positive on MNIST). "batch": training mode, normalised by that
+    # batch's own statistics, unlike any training batch; "running": evaluation mode, the
+    # student's running statistics, as the model is scored at selection.
+    meta_bn: Literal["batch", "running"] = "batch"
     # The published code flips the sign of the entropy term between the virtual and the
     # real loss; True reproduces that defect (for comparison only).
     meta_sign_flip: bool = False
@@ -218,6 +223,7 @@ TRAINING_PRESETS: dict[str, dict[str, Any]] = {
     "selfpu-band": _sp(rest_risk="band"),
     "selfpu-mean-one": _sp(reweight_risk="mean-one"),
     "selfpu-positive-share": {**_sp(), "positive_share": 0.125},
+    "selfpu-meta-running": _sp(meta_bn="running"),
     "nnpu-positive-share": {"method": "nnpu", "positive_share": 0.125},
 }
 
@@ -245,6 +251,8 @@ PRESET_DESCRIPTIONS: dict[str, str] = {
                        "(reweight_risk=mean-one)",
     "selfpu-positive-share": "Self-PU with 1/8 of every batch labelled positives "
                              "(positive_share=0.125)",
+    "selfpu-meta-running": "Self-PU whose meta step scores the validation batch with the "
+                           "students' running BatchNorm statistics (meta_bn=running)",
     "nnpu-positive-share": "nnPU with 1/8 of every batch labelled positives "
                            "(positive_share=0.125)",
 }

@@ -460,7 +460,7 @@ class Trainer:
         """The validation objective of the meta step; ``n_pos`` says that the first
         ``n_pos`` rows are the labelled positives (sliced, so no host sync)."""
         def objective(params: dict[str, torch.Tensor]) -> torch.Tensor:
-            logits = calibration.functional_forward(model, params, x_val)
+            logits = calibration.functional_forward(model, params, x_val, self.sp.meta_bn)
             if self.sp.meta_objective == "pn_ce":
                 return nn.functional.binary_cross_entropy_with_logits(logits, truth_val)
             if n_pos is not None:
