@@ -88,13 +88,16 @@ def load_results(folder: Path, label_from_name: bool = False) -> dict[str, dict[
                                        "selection": data["settings"].get("selection"),
                                        "selfpu": data["settings"].get("selfpu") is not None,
                                        "data": data_settings(data["settings"]),
-                                       "seeds": {}, "seed_files": {}})
+                                       "seeds": {}, "seed_files": {}, "machines": []})
         for what, value in (("schedule", schedule(data["settings"])),
                             ("data", data_settings(data["settings"]))):
             if value != entry[what]:
                 raise TableError(f"{path}: {what} {value} of {label!r} differs from "
                                  f"{entry[what]} in {entry['files'][0]}")
         entry["files"].append(str(path))
+        machine = data.get("machine") or "not recorded"
+        if machine not in entry["machines"]:
+            entry["machines"].append(machine)
         for record in data["per_seed"]:
             seed = record["seed"]
             if seed in entry["seeds"]:
@@ -148,6 +151,7 @@ def method_row(entry: dict[str, Any]) -> dict[str, Any]:
         "seconds_per_epoch": {p: summarise([r["seconds_per_epoch"][p] for r in records
                                             if p in r["seconds_per_epoch"]]) for p in phases},
         "nn_correction_share": summarise(shares) if shares else None,
+        "machines": entry["machines"],
         "files": entry["files"],
     }
 
@@ -273,8 +277,8 @@ def render(rows: dict[str, dict[str, Any]], paired: list[dict[str, Any]], ablati
              "of training batches where the nnPU correction fired (mean over epochs and "
              "models, then seeds; n/a: no correction, or not in the per-seed records).", "",
              f"| {what} | seeds | epochs{sched} | test accuracy % | test-selected % "
-             "(diagnostic) | AUC % | s/epoch by phase | nn correction |",
-             "|---|---|---|" + ("---|---|" if ablation else "") + "---|---|---|---|---|"]
+             "(diagnostic) | AUC % | s/epoch by phase | nn correction | machine |",
+             "|---|---|---|" + ("---|---|" if ablation else "") + "---|---|---|---|---|---|"]
     flagged = set(check["differing"]) if check else set()
     for label, r in rows.items():
         name = f"{label} (schedule differs)" if label in flagged else label
@@ -286,7 +290,7 @@ def render(rows: dict[str, dict[str, Any]], paired: list[dict[str, Any]], ablati
             cells += ["-" if r[k] is None else str(r[k])
                       for k in ("warmup_epochs", "self_paced_end")]
         cells += [_ms(r["test_accuracy"]), _ms(r["test_accuracy_test_selected"]),
-                  _ms(r["test_auc"]), secs or "n/a", _share(r)]
+                  _ms(r["test_auc"]), secs or "n/a", _share(r), "; ".join(r["machines"])]
         lines.append("| " + " | ".join(cells) + " |")
     if check is not None:
         lines += ["", "Schedule: " + ("every row used " if check["same"] else

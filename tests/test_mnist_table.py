@@ -23,7 +23,7 @@ def table():
 
 def _write(folder: Path, method: str, seeds: dict[int, float], epochs: int = 20,
            selfpu: dict | None = None, share: float | None = None, name: str | None = None,
-           examples: dict[int, dict] | None = None) -> Path:
+           examples: dict[int, dict] | None = None, machine: str | None = None) -> Path:
     """A results file as `adni-pu benchmark ... --results-json` writes it (the fields read)."""
     per_seed = [{"seed": s, "test": {"accuracy": acc, "auc": acc + 0.05},
                  "test_accuracy_test_selected": acc + 0.01,
@@ -32,6 +32,8 @@ def _write(folder: Path, method: str, seeds: dict[int, float], epochs: int = 20,
                 for s, acc in seeds.items()]
     data = {"settings": {"method": method, "epochs": epochs, "selfpu": selfpu},
             "results": {method: {}}, "per_seed": per_seed}
+    if machine is not None:
+        data["machine"] = machine
     path = folder / f"{name or method}.json"
     path.write_text(json.dumps(data))
     return path
@@ -44,8 +46,8 @@ def test_means_std_and_paired_differences(table, tmp_path):
     runs = tmp_path / "runs"
     runs.mkdir()
     _write(runs, "naive", {0: 0.50, 1: 0.52, 2: 0.54})
-    _write(runs, "nnpu", {0: 0.90, 1: 0.91}, share=0.25, name="nnpu-s01")
-    _write(runs, "nnpu", {2: 0.95}, share=0.5, name="nnpu-s2")
+    _write(runs, "nnpu", {0: 0.90, 1: 0.91}, share=0.25, name="nnpu-s01", machine="gpu A")
+    _write(runs, "nnpu", {2: 0.95}, share=0.5, name="nnpu-s2", machine="cpu B")
     _write(runs, "selfpu", {0: 0.92, 1: 0.90}, selfpu=SP)
     assert table.main([str(runs), "--pair", "selfpu,naive"]) == 0
     record = json.loads((tmp_path / "runs-table.json").read_text())
@@ -58,6 +60,10 @@ def test_means_std_and_paired_differences(table, tmp_path):
     assert nnpu["seconds_per_epoch"]["phase1"]["mean"] == pytest.approx(3.0)
     assert nnpu["nn_correction_share"]["mean"] == pytest.approx(1 / 3)
     assert record["rows"]["naive"]["nn_correction_share"] is None
+    # the machines that made each row's files are named (a row may mix them)
+    assert nnpu["machines"] == ["gpu A", "cpu B"]
+    assert record["rows"]["naive"]["machines"] == ["not recorded"]
+    assert "| gpu A; cpu B |" in (tmp_path / "runs-table.md").read_text()
     pairs = {d["pair"]: d for d in record["paired"]}
     assert list(pairs) == ["selfpu - nnpu", "nnpu - naive", "selfpu - naive"]
     d = pairs["selfpu - nnpu"]  # seeds 0 and 1 only: differences +2 and -1

@@ -124,7 +124,7 @@ def test_best_epoch_rule_also_records_the_finalists(tiny_pu):
 
 
 EVERY_FIX = {"rest_risk": "band", "band_prior": "validation", "reweight": True,
-             "reweight_risk": "mean-one"}
+             "reweight_risk": "mean-one", "meta_bn": "running"}
 
 
 @pytest.mark.parametrize("selection, fixes", [
@@ -133,7 +133,8 @@ def test_no_decision_reads_the_test_split(tiny_pu, selection, fixes):
     """Same training and validation data, a test split of noise with flipped labels: every
     selection, every kept state and every validation value are the same, with the test
     diagnostic off or on (also with the meta step, the band risk measured on validation
-    positives, mean-one weights and positive oversampling)."""
+    positives, mean-one weights, the meta step on running BatchNorm statistics and positive
+    oversampling)."""
     scrambled = copy.copy(tiny_pu)
     test = copy.copy(tiny_pu.test)
     test.x = torch.randn_like(test.x) * 100
