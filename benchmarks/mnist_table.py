@@ -247,6 +247,8 @@ def check_schedules(rows: dict[str, dict[str, Any]], allow_mixed: bool) -> dict[
 def _ms(d: dict[str, float] | None, digits: int = 2) -> str:
     if not d or d["n"] == 0:
         return "n/a"
+    if d["n"] == 1:  # one seed: no standard deviation
+        return f"{d['mean']:.{digits}f} (one seed)"
     return f"{d['mean']:.{digits}f} ({d['std']:.{digits}f})"
 
 

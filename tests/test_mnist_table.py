@@ -63,7 +63,13 @@ def test_means_std_and_paired_differences(table, tmp_path):
     # the machines that made each row's files are named (a row may mix them)
     assert nnpu["machines"] == ["gpu A", "cpu B"]
     assert record["rows"]["naive"]["machines"] == ["not recorded"]
-    assert "| gpu A; cpu B |" in (tmp_path / "runs-table.md").read_text()
+    text = (tmp_path / "runs-table.md").read_text()
+    assert "| gpu A; cpu B |" in text
+    # a row of one seed has no standard deviation to show
+    assert "| selfpu | 2 |" in text and "(one seed)" not in text
+    _write(runs, "upu", {0: 0.88})
+    assert table.main([str(runs)]) == 0
+    assert "| upu | 1 | 20 | 88.00 (one seed) |" in (tmp_path / "runs-table.md").read_text()
     pairs = {d["pair"]: d for d in record["paired"]}
     assert list(pairs) == ["selfpu - nnpu", "nnpu - naive", "selfpu - naive"]
     d = pairs["selfpu - nnpu"]  # seeds 0 and 1 only: differences +2 and -1
