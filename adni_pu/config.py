@@ -231,6 +231,18 @@ def deep_update(base: dict[str, Any], new: dict[str, Any]) -> None:
             base[key] = value
 
 
+def drop_added_later(settings: dict[str, Any], added_later: dict[tuple[str, str], Any]
+                     ) -> None:
+    """Remove from ``settings`` (a nested dict, in place) every ``(section, key)`` of
+    ``added_later`` that holds the value it maps to: settings added after outputs or
+    checkpoints existed, at the value that reproduces them, stay out of hashes and
+    fingerprints, so what was made before still matches."""
+    for (section, key), before in added_later.items():
+        table = settings.get(section)
+        if isinstance(table, dict) and key in table and table[key] == before:
+            del table[key]
+
+
 def _toml_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"

@@ -60,15 +60,16 @@ def _predictions(record: dict, name: str) -> list[dict]:
 
 def _mean_row(summary: list[dict], methods: list[str], refs: list[str]) -> str:
     """The table's last row: mean (std) over seeds of each AUC, and of the wall time."""
-    import numpy as np
+    from adni_pu.pu.metrics import summarise
 
     def cell(values: list[float]) -> str:
-        return f"{np.mean(values):.3f} ({np.std(values, ddof=1) if len(values) > 1 else 0:.3f})"
+        d = summarise(values)
+        return f"{d['mean']:.3f} ({d['std']:.3f})"
 
-    walls = [s["wall_s"] / 60 for s in summary]
+    wall = summarise([s["wall_s"] / 60 for s in summary])["mean"]
     cells = [cell([s["auc"][m]["value"] for s in summary]) for m in methods]
     cells += [cell([s["references"][r]["value"] for s in summary]) for r in refs]
-    return (f"| mean (std) | {np.mean(walls):.1f} min | {sum(s['n_scored'] for s in summary)} "
+    return (f"| mean (std) | {wall:.1f} min | {sum(s['n_scored'] for s in summary)} "
             "in all | " + " | ".join(cells) + " |")
 
 

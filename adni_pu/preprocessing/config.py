@@ -285,9 +285,7 @@ def settings_hash(cfg: PreprocessConfig) -> str:
     data = cfgmod.to_dict(cfg)
     data.pop("runner", None)
     data.pop("discovery", None)
-    for (section, key), default in ADDED_LATER.items():
-        if data.get(section, {}).get(key) == default:
-            data[section].pop(key)
+    cfgmod.drop_added_later(data, ADDED_LATER)
     data["pipeline_version"] = PIPELINE_VERSION
     text = json.dumps(data, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -80,15 +80,13 @@ def functional_forward(model: nn.Module, params: dict[str, torch.Tensor], x: obj
 
     ``bn="running"`` runs its BatchNorm layers in evaluation mode (normalised by the running
     statistics, not by this batch's) for the call, whatever the model's mode."""
-    buffers = cloned_buffers(model)
-    if bn == "batch":
-        return torch.func.functional_call(model, {**buffers, **params}, (x,))
-    norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    norms = [] if bn == "batch" else [
+        m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
     modes = [m.training for m in norms]
     try:
         for m in norms:
             m.eval()
-        return torch.func.functional_call(model, {**buffers, **params}, (x,))
+        return torch.func.functional_call(model, {**cloned_buffers(model), **params}, (x,))
     finally:
         for m, mode in zip(norms, modes):
             m.train(mode)

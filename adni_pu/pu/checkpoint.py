@@ -44,7 +44,7 @@ _RESUMABLE_CHANGES = ("epochs", "progress", "num_workers", "threads", "device", 
 
 
 # settings added after checkpoints existed, with the value that reproduces the behaviour from
-# before: at that value they are left out of the fingerprint, so older checkpoints resume
+# before: at that value they are left out of the fingerprint (adni_pu.config.drop_added_later)
 _ADDED_LATER: dict[tuple[str, str], Any] = {("selfpu", "meta_bn"): "batch"}
 
 
@@ -53,9 +53,7 @@ def config_fingerprint(cfg: TrainConfig) -> str:
     settings = cfgmod.to_dict(cfg)
     for key in _RESUMABLE_CHANGES:
         settings.pop(key, None)
-    for (section, key), before in _ADDED_LATER.items():
-        if settings.get(section, {}).get(key, before) == before:
-            settings.get(section, {}).pop(key, None)
+    cfgmod.drop_added_later(settings, _ADDED_LATER)
     return json.dumps(settings, sort_keys=True)
 
 
