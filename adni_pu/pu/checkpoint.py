@@ -40,7 +40,8 @@ from adni_pu.pu.trusted_set import TrustedSet
 LAST = Path("checkpoints") / "last.pt"
 SELECTED = Path("best_model.pt")
 # settings that may change between a run and its resumption
-_RESUMABLE_CHANGES = ("epochs", "progress", "num_workers", "threads", "device", "track_test")
+_RESUMABLE_CHANGES = ("epochs", "progress", "num_workers", "threads", "device", "track_test",
+                      "record_val_logits")
 
 
 # settings added after checkpoints existed, with the value that reproduces the behaviour from

@@ -157,6 +157,9 @@ class TrainConfig:
     eval_batch_size: int = 1024
     # Evaluate the test split every epoch for the "test-selected" diagnostic only.
     track_test: bool = False
+    # Write every epoch's validation logits of every model to ``val_logits/`` in the run
+    # folder, for studies of the selection rule (benchmarks/selection_rules.py).
+    record_val_logits: bool = False
     # Random augmentation of tensor images (CIFAR-10) on the training device, per batch:
     # "crop-flip" pads by crop_padding (with zeros, the channel mean after standardising),
     # crops back at a random offset and mirrors left-right with probability 1/2.

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from adni_pu import config as cfgmod
-from adni_pu.fileio import atomic_write_text
+from adni_pu.fileio import atomic_write, atomic_write_text
 from adni_pu.provenance import provenance
 from adni_pu.pu import checkpoint
 
@@ -129,6 +129,38 @@ class CheckpointSaver(FolderRecorder):
             checkpoint.save_selected(trainer, self.run_dir / checkpoint.SELECTED)
 
 
+class ValidationLogits(FolderRecorder):
+    """With ``record_val_logits``: ``val_logits/split.npz`` (the validation split's labelled
+    mask, its unlabelled indices and the priors) once, and ``val_logits/epoch-NNNN.npz``
+    (float32 logits of every evaluated model) after every epoch. With them a selection rule
+    can be judged on one half of the validation split after choosing on the other
+    (benchmarks/selection_rules.py)."""
+
+    def fit_start(self, trainer: Any) -> None:
+        if not (trainer.is_main and trainer.cfg.record_val_logits):
+            return
+        folder = self.run_dir / "val_logits"
+        folder.mkdir(parents=True, exist_ok=True)
+        val = trainer.data.val
+        arrays = {"labelled": val.labelled,
+                  "unlabelled": val.unlabelled_indices(trainer.data.scheme),
+                  "prior": np.float64(trainer.prior), "prior_u": np.float64(trainer.prior_u)}
+        atomic_write(folder / "split.npz", lambda tmp: _save_npz(tmp, arrays))
+
+    def epoch_end(self, trainer: Any, row: dict[str, Any]) -> None:
+        if not (trainer.is_main and trainer.cfg.record_val_logits):
+            return
+        arrays = {name: np.asarray(v, dtype=np.float32)
+                  for name, v in trainer.last_val_logits.items()}
+        path = self.run_dir / "val_logits" / f"epoch-{row['epoch']:04d}.npz"
+        atomic_write(path, lambda tmp: _save_npz(tmp, arrays))
+
+
+def _save_npz(path: Path, arrays: dict[str, Any]) -> None:
+    with path.open("wb") as fh:  # a file object: np.savez would append ".npz" to the name
+        np.savez(fh, **arrays)
+
+
 class SelectionSummary(FolderRecorder):
     """``selection.json``: the selection rule, the selected epoch and candidate, its score,
     the finalists' validation scores after the last epoch and their choice, seconds per
@@ -162,7 +194,8 @@ def run_folder_recorders(run_dir: Path | None) -> list[Recorder]:
     if run_dir is None:
         return [EpochLog()]
     return [RunSettings(run_dir), EpochLog(), TensorBoard(run_dir), MetricsCsv(run_dir),
-            CheckpointSaver(run_dir), SelectionSummary(run_dir), TrainingPlots(run_dir)]
+            ValidationLogits(run_dir), CheckpointSaver(run_dir), SelectionSummary(run_dir),
+            TrainingPlots(run_dir)]
 
 
 def seconds_by_phase(history: list[dict[str, Any]]) -> dict[str, dict[str, float]]:

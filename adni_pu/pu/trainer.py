@@ -257,6 +257,8 @@ class Trainer:
         # The finalists' validation scores after the last epoch and the one they choose
         # (under either selection rule): {"epoch", "choice", "val_scores"}; None before.
         self.final: dict[str, Any] | None = None
+        # The last evaluated epoch's validation logits by model name (for recorders).
+        self.last_val_logits: dict[str, np.ndarray] = {}
         self.start_epoch = 0
         # The DistributedRun of multi-process (torchrun) training, passed in; None when single.
         if distributed is not None:
@@ -714,6 +716,7 @@ class Trainer:
                    if "average" in pool or (last and "average" in finalists) else None)
         if "average" in pool:  # a column of metrics.csv only where it competes every epoch
             val_logits["average"] = average
+        self.last_val_logits = val_logits
         for name, logits in val_logits.items():
             for key, value in self.val_scores(logits).items():
                 row[f"val/{name}/{key}"] = value
