@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import importlib.util
 import json
+import sys
 import tarfile
 from pathlib import Path
 
@@ -17,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def _script(name: str):
     spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while the class is made
     spec.loader.exec_module(module)  # type: ignore[union-attr]
     return module
 
@@ -231,3 +233,104 @@ def test_demo_seeds_table_has_mean_row_and_paired_rows_with_the_reference(
     assert pairs["selfpu - nnpu"]["value"] == 0.0
     assert pairs["nnpu - naive"]["value"] == pytest.approx(0.25)
     assert pairs["selfpu - logistic regression on 2 volumes"]["n_subjects"] == 16
+
+
+def _record(rows_risk: list[tuple[int, str, float]], pools: dict[int, list[str]]):
+    """A ValidationRecord whose rules are driven by the given per-row risks."""
+    import numpy as np
+
+    rules = _script("selection_rules")
+    rows = [(e, m) for e, m, _ in rows_risk]
+    rec = rules.ValidationRecord(rows, np.zeros((len(rows), 4)), np.array([1, 0, 0, 0], bool),
+                                 np.arange(4), 0.5, 0.5, pools, list(pools[max(pools)]))
+    return rules, rec, np.array([r for _, _, r in rows_risk])
+
+
+def test_selection_rules_best_final_and_windows_by_hand() -> None:
+    series = [0.5, 0.1, 0.6, 0.25, 0.25, 0.25, 0.25]
+    rules, rec, risk = _record([(e, "model", r) for e, r in enumerate(series)],
+                               {e: ["model"] for e in range(7)})
+    named = rules.rules()
+    assert named["best_epoch"](rec, risk) == 1
+    assert named["final"](rec, risk) == 6
+    # centred means: 0.30, 0.40, 0.3167, 0.3667, 0.25, 0.25, 0.25 (ends: fewer epochs)
+    assert named["centered-3"](rec, risk) == 4
+    # trailing means: 0.50, 0.30, 0.40, 0.3167, 0.3667, 0.25, 0.25
+    assert named["trailing-3"](rec, risk) == 5
+
+
+def test_selection_rules_only_choose_models_of_the_epochs_pool() -> None:
+    # students compete until teachers exist; a student's score after that does not count
+    rows = [(0, "student1", 0.05), (1, "student1", 0.0), (1, "teacher1", 0.2),
+            (2, "student1", 0.0), (2, "teacher1", 0.1)]
+    rules, rec, risk = _record(rows, {0: ["student1"], 1: ["teacher1"], 2: ["teacher1"]})
+    assert rec.rows[rules.rule_best_epoch(rec, risk)] == (0, "student1")
+    assert rec.rows[rules.rule_final(rec, risk)] == (2, "teacher1")
+    assert rules._pool(["student1", "student2", "teacher1", "teacher2"]) == ["teacher1",
+                                                                             "teacher2"]
+    assert rules._pool(["student1", "teacher1", "teacher2", "average"]) == ["average"]
+    assert rules._pool(["model"]) == ["model"]
+
+
+@pytest.mark.parametrize("scheme", ["case-control", "censoring"])
+def test_selection_rules_risk_is_the_trainers_pu_risk(scheme: str) -> None:
+    import numpy as np
+    import torch
+
+    from adni_pu.pu import losses
+    from adni_pu.pu.metrics import sigmoid
+
+    rules = _script("selection_rules")
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(3, 50))
+    labelled = rng.random(50) < 0.3
+    u_mask = np.ones(50, bool) if scheme == "case-control" else ~labelled
+    prior, prior_u = 0.4, (0.4 if scheme == "case-control" else 0.3)
+    got = rules.pu_risks(sigmoid(-logits), sigmoid(logits), labelled, u_mask, prior, prior_u)
+    for row, value in zip(logits, got):
+        t = torch.from_numpy(row)
+        want = losses.pu_risk(t[torch.from_numpy(labelled)], t[torch.from_numpy(u_mask)],
+                              prior, prior_u).unbiased
+        assert value == pytest.approx(float(want), abs=1e-12)
+
+
+def test_selection_rules_study_reads_val_logits_and_scores_held_out(tmp_path: Path) -> None:
+    import numpy as np
+
+    from adni_pu.pu.metrics import sigmoid
+
+    rules = _script("selection_rules")
+    seed = tmp_path / "run" / "seed0"
+    folder = seed / "val_logits"
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(1)
+    truth = rng.random(400) < 0.5
+    labelled = truth & (rng.random(400) < 0.3)
+    np.savez(folder / "split.npz", labelled=labelled, unlabelled=np.arange(400),
+             prior=np.float64(0.5), prior_u=np.float64(0.5))
+    rows = []
+    for epoch in range(6):  # students, then teachers from epoch 3
+        names = ["student1", "student2"] + (["teacher1", "teacher2"] if epoch >= 3 else [])
+        arrays = {n: np.where(truth, 1.0, -1.0) * (1 + epoch) + rng.normal(size=400)
+                  for n in names}
+        np.savez(folder / f"epoch-{epoch:04d}.npz", **arrays)
+        rows.append({"epoch": epoch, **{f"test_diagnostic/{n}/accuracy": 0.5 + epoch / 100
+                                        for n in names}})
+    _metrics(seed, rows)
+    rec = rules.load_record(seed)
+    assert rec.pools[0] == ["student1", "student2"] and rec.pools[5] == ["teacher1", "teacher2"]
+    assert rec.finalists == ["teacher1", "teacher2", "average"]
+    t1, t2 = (rec.logits[rec.rows.index((5, n))] for n in ("teacher1", "teacher2"))
+    np.testing.assert_allclose(sigmoid(rec.logits[rec.rows.index((5, "average"))]),
+                               (sigmoid(t1) + sigmoid(t2)) / 2)
+    a, b = rules.halvings(rec, 3, seed=0)[0]
+    assert not (a & b).any() and (a | b).all()
+    assert abs(int((labelled & a).sum()) - int((labelled & b).sum())) <= 1
+    scores = rules.held_out(rec, {"final": rules.rule_final}, 3)
+    assert len(scores["final"]) == 6  # both directions of every halving
+    result = rules.study([tmp_path / "run"], 3)
+    entry = result["seeds"]["run/seed0"]["rules"]["best_epoch"]
+    assert entry["full_val_choice"]["epoch"] == 5  # the curves improve every epoch
+    assert entry["test_accuracy_diagnostic"] == pytest.approx(0.55)
+    assert result["summary"]["best_epoch"]["minus_best_epoch_mean"] == 0.0
+    assert "| centered-5 |" in rules.markdown(result)

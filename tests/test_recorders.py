@@ -94,3 +94,36 @@ def test_nn_correction_that_never_fired_or_does_not_exist_is_said_so():
     naive = nn_correction_summary([{"phase": 1, "train/model/loss": 0.3}])
     assert naive is None
     assert nn_correction_text(naive).startswith("Not applicable")
+
+
+def test_validation_logits_are_written_per_epoch_only_when_asked(tiny_pu, tmp_path):
+    import numpy as np
+
+    from adni_pu.pu import checkpoint
+
+    plain = tmp_path / "plain"
+    Trainer(tiny_config(method="nnpu", epochs=2), tiny_pu, plain, log=lambda m: None).fit()
+    assert not (plain / "val_logits").exists()
+    run = tmp_path / "run"
+    cfg = tiny_config(method="selfpu", epochs=4, record_val_logits=True,
+                      selfpu={"warmup_epochs": 1, "self_paced_end": 2})
+    trainer = Trainer(cfg, tiny_pu, run, log=lambda m: None)
+    trainer.fit()
+    split = np.load(run / "val_logits" / "split.npz")
+    assert np.array_equal(split["labelled"], tiny_pu.val.labelled)
+    assert np.array_equal(split["unlabelled"], tiny_pu.val.unlabelled_indices(tiny_pu.scheme))
+    assert float(split["prior"]) == pytest.approx(trainer.prior)
+    files = sorted(p.name for p in (run / "val_logits").glob("epoch-*.npz"))
+    assert files == [f"epoch-{e:04d}.npz" for e in range(4)]
+    last = np.load(run / "val_logits" / "epoch-0003.npz")
+    assert sorted(last.files) == ["student1", "student2", "teacher1", "teacher2"]
+    # the recorded logits are the ones the last epoch scored: its row's validation risk
+    rows = read_metrics_csv(run / "metrics.csv")
+    assert trainer.val_scores(last["teacher1"])["pu_risk"] == pytest.approx(
+        float(rows[-1]["val/teacher1/pu_risk"]), abs=1e-6)
+    assert sorted(np.load(run / "val_logits" / "epoch-0000.npz").files) == ["student1",
+                                                                             "student2"]
+    # recording does not change the training: a run resumes with the flag switched
+    assert checkpoint.config_fingerprint(cfg) == checkpoint.config_fingerprint(
+        tiny_config(method="selfpu", epochs=4, selfpu={"warmup_epochs": 1,
+                                                       "self_paced_end": 2}))
