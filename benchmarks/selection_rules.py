@@ -15,6 +15,8 @@ teachers once they exist, else the students, else the one model):
 
 - ``best_epoch``: the lowest risk over every epoch and pool model (the trainer's rule);
 - ``final``: the last epoch's finalists (the pool and, with two models, their average);
+- ``final-average``: the last epoch's average of the two pool models (the teachers), with no
+  choice at all (``final_model = "average"``; the one model where the pool has one);
 - ``centered-W``: each model's risk averaged over the W epochs centred on an epoch (fewer at
   the ends of the model's epochs), the lowest such mean chooses (model at the centre epoch);
 - ``trailing-W``: the same over the W epochs ending at the epoch.
@@ -131,6 +133,15 @@ def rule_final(rec: ValidationRecord, risk: np.ndarray) -> int:
     return min(allowed, key=lambda i: risk[i])
 
 
+def rule_final_average(rec: ValidationRecord, risk: np.ndarray) -> int:
+    """The last epoch's average of the two pool models, chosen without a comparison (the
+    one model where the pool has one)."""
+    last = max(rec.pools)
+    if (last, "average") in rec.rows:
+        return rec.rows.index((last, "average"))
+    return rule_final(rec, risk)
+
+
 def windowed_rule(width: int, centered: bool) -> Rule:
     """The rule that chooses by each pool model's risk averaged over ``width`` epochs."""
     def rule(rec: ValidationRecord, risk: np.ndarray) -> int:
@@ -151,7 +162,8 @@ def windowed_rule(width: int, centered: bool) -> Rule:
 
 def rules() -> dict[str, Rule]:
     """Every rule compared, by name."""
-    out: dict[str, Rule] = {"best_epoch": rule_best_epoch, "final": rule_final}
+    out: dict[str, Rule] = {"best_epoch": rule_best_epoch, "final": rule_final,
+                            "final-average": rule_final_average}
     for w in WINDOWS:
         out[f"centered-{w}"] = windowed_rule(w, centered=True)
         out[f"trailing-{w}"] = windowed_rule(w, centered=False)

@@ -326,6 +326,7 @@ def test_selection_rules_study_reads_val_logits_and_scores_held_out(tmp_path: Pa
     a, b = rules.halvings(rec, 3, seed=0)[0]
     assert not (a & b).any() and (a | b).all()
     assert abs(int((labelled & a).sum()) - int((labelled & b).sum())) <= 1
+    assert rec.rows[rules.rule_final_average(rec, np.zeros(len(rec.rows)))] == (5, "average")
     scores = rules.held_out(rec, {"final": rules.rule_final}, 3)
     assert len(scores["final"]) == 6  # both directions of every halving
     result = rules.study([tmp_path / "run"], 3)
