@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import tomllib
 
 from adni_pu.fileio import atomic_write_text
 from adni_pu.pu.metrics import logit, sigmoid
@@ -69,6 +70,10 @@ def load_record(seed_dir: Path) -> ValidationRecord:
     if not split_file.is_file():
         raise SystemExit(f"{split_file}: missing; run with --set record_val_logits=true")
     split = np.load(split_file)
+    final_model = "best"
+    if (seed_dir / "config.toml").is_file():
+        with (seed_dir / "config.toml").open("rb") as handle:
+            final_model = tomllib.load(handle).get("selfpu", {}).get("final_model", "best")
     rows: list[tuple[int, str]] = []
     arrays: list[np.ndarray] = []
     pools: dict[int, list[str]] = {}
@@ -82,26 +87,31 @@ def load_record(seed_dir: Path) -> ValidationRecord:
             for name in names:
                 rows.append((epoch, name))
                 arrays.append(npz[name].astype(np.float64))
-        pools[epoch] = _pool(names)
+        pools[epoch] = _pool(names, final_model)
     last = max(pools)
-    last_pool = pools[last]
-    finalists = list(last_pool)
-    if len(last_pool) == 2:
-        finalists.append("average")
-        pair = [arrays[rows.index((last, name))] for name in last_pool]
-        rows.append((last, "average"))
-        arrays.append(logit(np.mean([sigmoid(a) for a in pair], axis=0)))
+    models = _pool([n for e, n in rows if e == last], "best")
+    finalists = list(pools[last])
+    if len(models) == 2:
+        if (last, "average") not in rows:
+            pair = [arrays[rows.index((last, name))] for name in models]
+            rows.append((last, "average"))
+            arrays.append(logit(np.mean([sigmoid(a) for a in pair], axis=0)))
+        if "average" not in finalists:
+            finalists.append("average")
     return ValidationRecord(rows, np.stack(arrays), split["labelled"].astype(bool),
                             split["unlabelled"], float(split["prior"]),
                             float(split["prior_u"]), pools, finalists)
 
 
-def _pool(names: list[str]) -> list[str]:
-    """The models that compete at an epoch whose logits hold ``names`` (trainer.candidates;
-    an "average" column exists only when the teachers' average alone competes)."""
-    if "average" in names:
-        return ["average"]
+def _pool(names: list[str], final_model: str = "best") -> list[str]:
+    """The models that compete at an epoch whose logits hold ``names``: the trainer's
+    candidates (the teachers once they exist, else the students), or only the teachers'
+    average with ``final_model = "average"``. (An "average" column is recorded wherever the
+    average competed under the run's own rule, e.g. every epoch under ``selection =
+    "final"``; the rules here decide for themselves whether it competes.)"""
     teachers = [n for n in names if n.startswith("teacher")]
+    if teachers and final_model == "average":
+        return ["average"]
     return teachers or [n for n in names if n != "average"]
 
 

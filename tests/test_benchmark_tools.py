@@ -268,7 +268,10 @@ def test_selection_rules_only_choose_models_of_the_epochs_pool() -> None:
     assert rec.rows[rules.rule_final(rec, risk)] == (2, "teacher1")
     assert rules._pool(["student1", "student2", "teacher1", "teacher2"]) == ["teacher1",
                                                                              "teacher2"]
-    assert rules._pool(["student1", "teacher1", "teacher2", "average"]) == ["average"]
+    assert rules._pool(["student1", "teacher1", "teacher2", "average"]) == ["teacher1",
+                                                                             "teacher2"]
+    assert rules._pool(["student1", "teacher1", "teacher2", "average"],
+                       "average") == ["average"]
     assert rules._pool(["model"]) == ["model"]
 
 
@@ -297,7 +300,7 @@ def test_selection_rules_risk_is_the_trainers_pu_risk(scheme: str) -> None:
 def test_selection_rules_study_reads_val_logits_and_scores_held_out(tmp_path: Path) -> None:
     import numpy as np
 
-    from adni_pu.pu.metrics import sigmoid
+    from adni_pu.pu.metrics import logit, sigmoid
 
     rules = _script("selection_rules")
     seed = tmp_path / "run" / "seed0"
@@ -313,6 +316,9 @@ def test_selection_rules_study_reads_val_logits_and_scores_held_out(tmp_path: Pa
         names = ["student1", "student2"] + (["teacher1", "teacher2"] if epoch >= 3 else [])
         arrays = {n: np.where(truth, 1.0, -1.0) * (1 + epoch) + rng.normal(size=400)
                   for n in names}
+        if epoch >= 3:  # as under selection = "final": the average recorded every epoch
+            arrays["average"] = logit((sigmoid(arrays["teacher1"])
+                                       + sigmoid(arrays["teacher2"])) / 2)
         np.savez(folder / f"epoch-{epoch:04d}.npz", **arrays)
         rows.append({"epoch": epoch, **{f"test_diagnostic/{n}/accuracy": 0.5 + epoch / 100
                                         for n in names}})
@@ -320,6 +326,7 @@ def test_selection_rules_study_reads_val_logits_and_scores_held_out(tmp_path: Pa
     rec = rules.load_record(seed)
     assert rec.pools[0] == ["student1", "student2"] and rec.pools[5] == ["teacher1", "teacher2"]
     assert rec.finalists == ["teacher1", "teacher2", "average"]
+    assert rec.rows.count((5, "average")) == 1
     t1, t2 = (rec.logits[rec.rows.index((5, n))] for n in ("teacher1", "teacher2"))
     np.testing.assert_allclose(sigmoid(rec.logits[rec.rows.index((5, "average"))]),
                                (sigmoid(t1) + sigmoid(t2)) / 2)
