@@ -32,7 +32,6 @@ teachers' average, which has no such column).
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import math
 from collections.abc import Callable
@@ -44,7 +43,8 @@ import numpy as np
 import tomllib
 
 from adni_pu.fileio import atomic_write_text
-from adni_pu.pu.metrics import logit, sigmoid
+from adni_pu.pu.metrics import average_logits, sigmoid
+from adni_pu.pu.recorders import read_metrics_csv
 
 WINDOWS = (3, 5, 9, 15, 25)
 
@@ -61,6 +61,12 @@ class ValidationRecord:
     prior_u: float
     pools: dict[int, list[str]]  # epoch -> the models that compete there
     finalists: list[str]  # the last epoch's finalists ("average" included)
+
+    def u_mask(self) -> np.ndarray:
+        """D_U of the validation split as a boolean mask."""
+        mask = np.zeros(len(self.labelled), dtype=bool)
+        mask[self.unlabelled] = True
+        return mask
 
 
 def load_record(seed_dir: Path) -> ValidationRecord:
@@ -95,7 +101,7 @@ def load_record(seed_dir: Path) -> ValidationRecord:
         if (last, "average") not in rows:
             pair = [arrays[rows.index((last, name))] for name in models]
             rows.append((last, "average"))
-            arrays.append(logit(np.mean([sigmoid(a) for a in pair], axis=0)))
+            arrays.append(average_logits(pair))
         if "average" not in finalists:
             finalists.append("average")
     return ValidationRecord(rows, np.stack(arrays), split["labelled"].astype(bool),
@@ -199,8 +205,7 @@ def held_out(rec: ValidationRecord, named_rules: dict[str, Rule], n_halvings: in
              seed: int = 0) -> dict[str, np.ndarray]:
     """Per rule, the held-out risk of its choice for every halving and direction."""
     loss_pos, loss_neg = sigmoid(-rec.logits), sigmoid(rec.logits)
-    in_u = np.zeros(len(rec.labelled), dtype=bool)
-    in_u[rec.unlabelled] = True
+    in_u = rec.u_mask()
     out: dict[str, list[float]] = {name: [] for name in named_rules}
     for a, b in halvings(rec, n_halvings, seed):
         ra = pu_risks(loss_pos, loss_neg, rec.labelled & a, in_u & a, rec.prior, rec.prior_u)
@@ -214,9 +219,7 @@ def held_out(rec: ValidationRecord, named_rules: dict[str, Rule], n_halvings: in
 def full_choices(rec: ValidationRecord, named_rules: dict[str, Rule]
                  ) -> dict[str, tuple[int, str, float]]:
     """Each rule applied to the whole validation split: (epoch, model, its risk)."""
-    in_u = np.zeros(len(rec.labelled), dtype=bool)
-    in_u[rec.unlabelled] = True
-    risk = pu_risks(sigmoid(-rec.logits), sigmoid(rec.logits), rec.labelled, in_u,
+    risk = pu_risks(sigmoid(-rec.logits), sigmoid(rec.logits), rec.labelled, rec.u_mask(),
                     rec.prior, rec.prior_u)
     out = {}
     for name, rule in named_rules.items():
@@ -225,13 +228,13 @@ def full_choices(rec: ValidationRecord, named_rules: dict[str, Rule]
     return out
 
 
-def test_accuracy(seed_dir: Path, epoch: int, model: str) -> float | None:
-    """``test_diagnostic/<model>/accuracy`` at ``epoch`` from metrics.csv (a diagnostic)."""
-    with (seed_dir / "metrics.csv").open(newline="") as handle:
-        for row in csv.DictReader(handle):
-            if int(row["epoch"]) == epoch:
-                value = row.get(f"test_diagnostic/{model}/accuracy", "")
-                return float(value) if value not in ("", "nan") else None
+def test_accuracy(rows: list[dict[str, str]], epoch: int, model: str) -> float | None:
+    """``test_diagnostic/<model>/accuracy`` at ``epoch`` in metrics.csv's rows (a
+    diagnostic)."""
+    for row in rows:
+        if int(row["epoch"]) == epoch:
+            value = row.get(f"test_diagnostic/{model}/accuracy", "")
+            return float(value) if value not in ("", "nan") else None
     return None
 
 
@@ -247,6 +250,7 @@ def study(run_dirs: list[Path], n_halvings: int) -> dict[str, Any]:
             scores = held_out(rec, named, n_halvings)
             base = scores["best_epoch"]
             choices = full_choices(rec, named)
+            metrics = read_metrics_csv(seed_dir / "metrics.csv")
             seeds[f"{run_dir.name}/{seed_dir.name}"] = {
                 "epochs": len(rec.pools), "labelled_val": int(rec.labelled.sum()),
                 "rules": {name: {
@@ -255,7 +259,7 @@ def study(run_dirs: list[Path], n_halvings: int) -> dict[str, Any]:
                     "minus_best_epoch_se": float((v - base).std(ddof=1) / math.sqrt(len(v))),
                     "full_val_choice": {"epoch": choices[name][0], "model": choices[name][1],
                                         "val_risk": choices[name][2]},
-                    "test_accuracy_diagnostic": test_accuracy(seed_dir, *choices[name][:2]),
+                    "test_accuracy_diagnostic": test_accuracy(metrics, *choices[name][:2]),
                 } for name, v in scores.items()}}
     if not seeds:
         raise SystemExit("no seed folder with val_logits/ under " + ", ".join(map(str, run_dirs)))

@@ -19,6 +19,11 @@ def logit(p: np.ndarray, eps: float = 1e-7) -> np.ndarray:
     return np.log(p / (1 - p))
 
 
+def average_logits(logits: list[np.ndarray]) -> np.ndarray:
+    """Logit of the mean probability of several models (the teachers' average)."""
+    return logit(np.mean([sigmoid(lg) for lg in logits], axis=0))
+
+
 def roc_auc(scores: np.ndarray, labels: np.ndarray) -> float:
     """Area under the ROC curve (Mann-Whitney, ties counted half); nan with one class."""
     scores = np.asarray(scores, dtype=np.float64)

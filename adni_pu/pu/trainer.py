@@ -49,7 +49,7 @@ from adni_pu.data.pu import PUData, PUSplit
 from adni_pu.progress import progress_bar
 from adni_pu.pu import calibration, checkpoint, losses, selfpu_loss
 from adni_pu.pu.config import TrainConfig
-from adni_pu.pu.metrics import binary_metrics, logit, roc_auc, sigmoid
+from adni_pu.pu.metrics import average_logits, binary_metrics, roc_auc, sigmoid
 from adni_pu.pu.recorders import Recorder, run_folder_recorders
 from adni_pu.pu.teacher import MeanTeacher, recompute_batchnorm, teacher_consistency
 from adni_pu.pu.trusted_set import (
@@ -712,7 +712,7 @@ class Trainer:
             pool = ["average"]
         if final_rule:
             pool = finalists
-        average = (_average_logits([val_logits[p] for p in self.candidates()])
+        average = (average_logits([val_logits[p] for p in self.candidates()])
                    if "average" in pool or (last and "average" in finalists) else None)
         if "average" in pool:  # a column of metrics.csv only where it competes every epoch
             val_logits["average"] = average
@@ -904,7 +904,3 @@ def _choose(scores: dict[str, float], lower: bool) -> str:
     """The best-scoring name (ties broken by name; a NaN score only when all are NaN)."""
     finite = [p for p in scores if not math.isnan(scores[p])] or list(scores)
     return (min if lower else max)(finite, key=lambda p: (scores[p], p))
-
-
-def _average_logits(logits: list[np.ndarray]) -> np.ndarray:
-    return logit(np.mean([sigmoid(lg) for lg in logits], axis=0))
