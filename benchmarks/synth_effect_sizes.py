@@ -6,7 +6,12 @@ generator's defaults, and reports per setting:
 - hippocampal volume, AD vs CN at baseline: relative reduction and Cohen's d (pooled SD);
   the volume is the hippocampus left after the true loss times the head-size scale;
 - the same for amyloid-positive vs amyloid-negative CN;
-- AUC of the true hippocampal loss for amyloid status (all subjects, and within CN).
+- AUC of the true hippocampal loss for amyloid status (all subjects, within CN, within
+  MCI and within LMCI), and amyloid-positive vs -negative MCI;
+- the PU composition under the ``paper`` preset, read from the generator's clinical values
+  (labelled: Dementia on file at any visit; truth: that diagnosis or an SUVR >= 1.08 at
+  any visit; unknown without both): the class prior, the labelled share of the positives
+  and the baseline diagnoses of the hidden positives.
 
 Usage::
 
@@ -33,7 +38,7 @@ def effect_sizes(cfg, n_subjects: int, seed: int = 1) -> dict:
     """The numbers of the module docstring for one :class:`SynthConfig`."""
     from sklearn.metrics import roc_auc_score
 
-    from adni_pu.synth.subjects import make_subjects
+    from adni_pu.synth.subjects import make_subjects, paper_composition
 
     subjects = make_subjects(n_subjects, seed, cfg)
     dx = np.array([s.dx_bl for s in subjects])
@@ -48,7 +53,16 @@ def effect_sizes(cfg, n_subjects: int, seed: int = 1) -> dict:
                 "n": [int(len(low)), int(len(high))]}
 
     cn = dx == "CN"
+    mci = np.isin(dx, ["EMCI", "LMCI"])
+    lmci = dx == "LMCI"
     return {
+        **paper_composition(subjects),
+        "hippocampus_mci_amyloid_pos_vs_neg": compare(volume[mci & positive],
+                                                      volume[mci & ~positive]),
+        "auc_amyloid_true_hippocampal_loss_mci": round(
+            float(roc_auc_score(positive[mci], loss[mci])), 3),
+        "auc_amyloid_true_hippocampal_loss_lmci": round(
+            float(roc_auc_score(positive[lmci], loss[lmci])), 3),
         "hippocampus_ad_vs_cn": compare(volume[dx == "AD"], volume[cn]),
         "hippocampus_cn_amyloid_pos_vs_neg": compare(volume[cn & positive],
                                                      volume[cn & ~positive]),

@@ -59,7 +59,8 @@ def test_berkeley_6mm_table_by_date_with_qc_and_precedence(tables):
     assert m.at["011_S_0001", "tracer"] == "AV45" and m.at["011_S_0001", "suvr"] == 1.00
     assert m.at["011_S_0001", "suvr_gap_days"] == 22                  # PET dated by SCANDATE
     assert m.at["011_S_0002", "tracer"] == "FBB" and m.at["011_S_0002", "centiloid"] == 36.7
-    assert truth["1"] == 0 and truth["2"] == 1 and pu["2"] == 1
+    assert truth["1"] == 0 and truth["2"] == 1 and pu["2"] == 0     # a hidden positive
+    assert per_subject(cohort, "hidden_positive")["2"] == 1
     # qc_flag 1 (partial pass) and -1 (not assessed) are left out and reported.
     assert pd.isna(truth["3"])
     qc = [i for i in cohort.quality if i.kind == "amyloid_qc_excluded"]
@@ -78,7 +79,7 @@ def test_berkeley_6mm_table_by_date_with_qc_and_precedence(tables):
     # Berkeley's own status (florbetapir cut-off 1.11) differs for 1.10: reported, rule kept.
     differs = next(i for i in cohort.quality if i.kind == "amyloid_status_differs")
     assert differs.count == 1 and "011_S_0008" in differs.examples[0]
-    assert pu["9"] == 1 and pd.isna(truth["9"])                      # AD, no PET
+    assert pu["9"] == 1 and truth["9"] == 1                          # AD, no PET: by diagnosis
 
     pooled = build_cohort(*tables, config("amyloid.precedence=\"pooled\""), amyloid=EXAMPLE)
     assert per_subject(pooled, "truth")["5"] == 1                    # ADNIMERGE 1.20 counts
@@ -175,7 +176,10 @@ def test_centiloid_preset(tables):
     assert cohort.config.labels.scale == "centiloid"
     assert truth["2"] == 1 and truth["4"] == 1 and truth["7"] == 1   # 36.7, 41.0 (NAV), 21.6
     assert truth["8"] == 0 and pu["8"] == 0                          # 17.9 < 20 (SUVR 1.10)
-    assert per_subject(cohort, "label_reason")["7"] == "AV45 CL 21.6 >= 20"
+    assert pu["7"] == 0 and pu["9"] == 1                             # labels: diagnosis only
+    labelled = build_cohort(*tables, config("labels.centiloid_label_cutoff=20",
+                                            preset="centiloid"), amyloid=EXAMPLE)
+    assert per_subject(labelled, "label_reason")["7"] == "AV45 CL 21.6 >= 20"
     assert cohort.quality.count("tracer_without_cutoff") == 0
     assert cohort.quality.count("amyloid_status_differs") == 0       # 20 CL agrees here
     m = cohort.manifest.set_index("subject_id")
@@ -201,7 +205,8 @@ def test_centiloid_report_and_saved_settings(tmp_path, tables):
     cohort = build_cohort(*tables, config(preset="centiloid"), amyloid=EXAMPLE)
     paths = write_cohort(cohort, tmp_path / "cohort")
     text = paths["report"].read_text()
-    assert "20 CL (every tracer)" in text and "AV45: CL = 188.22 x SUVR -189.16" in text
+    assert "an amyloid measure at or above 20 CL" in text
+    assert "AV45: CL = 188.22 x SUVR -189.16" in text
     assert paths["histogram"].read_bytes()[:4] == b"\x89PNG"
     again = load_cohort_config(tmp_path / "cohort" / "cohort_config.toml")
     assert again.labels.scale == "centiloid" and again.amyloid == cohort.config.amyloid
@@ -249,7 +254,9 @@ def test_clinical_table_without_amyloid_is_refused(tmp_path, tables):
     result = runner.invoke(app, [*args, "--set", "labels.diagnosis_only=true"])
     assert result.exit_code == 0, result.output
     subjects = pd.read_csv(out / "subjects.csv")
-    assert subjects["truth"].isna().all()
+    # the AD subject is positive by its diagnosis; nobody else has a truth
+    assert subjects.set_index("subject_id")["truth"].to_dict()["011_S_0009"] == 1
+    assert subjects["truth"].isna().sum() == 8
     assert subjects.set_index("subject_id")["pu_label"].to_dict()["011_S_0009"] == 1
     assert subjects["pu_label"].sum() == 1
     # With the Berkeley table the same clinical table is fine.

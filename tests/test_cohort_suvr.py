@@ -104,7 +104,8 @@ def test_suvr_table_feeds_the_cohort_builder(tmp_path):
     cohort = build_cohort(tmp_path / "c.csv", tmp_path / "s.csv",
                           load_cohort_config(overrides=["check_scan_files=false"]), amyloid=table)
     m = cohort.manifest.set_index("subject_id")
-    assert m.at["011_S_0001", "suvr"] == pytest.approx(1.35) and m.at["011_S_0001", "pu_label"] == 1
+    assert m.at["011_S_0001", "suvr"] == pytest.approx(1.35) and m.at["011_S_0001", "truth"] == 1
+    assert m.at["011_S_0001", "pu_label"] == 0 and m.at["011_S_0001", "hidden_positive"] == 1
     assert m.at["011_S_0001", "suvr_gap_days"] == 4
     assert np.isnan(m.at["011_S_0002", "suvr"])
     assert cohort.quality.count("amyloid_missing_value") == 1

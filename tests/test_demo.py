@@ -33,9 +33,14 @@ def test_reduced_demo_runs_end_to_end_and_resumes(tmp_path):
             assert (run / "evaluation" / "test" / "predictions_subjects.csv").is_file()
             assert (run / "best_model.pt").is_file()
     assert "preprocessing: **real**" in report and (out / "roc.png").is_file()
-    for part in ("**What these numbers are.**", "**What is scored.**", "**Reference lines**",
+    for part in ("**What these numbers are.**", "**The PU task (the paper's).**",
+                 "**What is scored.**", "**The PU effect.** Hidden-positive recall: naive ",
+                 "**Reference lines**", "| method | accuracy | AUC | balanced accuracy | "
+                 "hidden-positive recall | hidden AUC |",
+                 "*reference: call everyone negative*", "*reference: call everyone positive*",
                  "*reference: logistic regression on 2 volumes*",
-                 "*reference: generator truth: hippocampal loss*", "nn_correction"):
+                 "*reference: generator truth: hippocampal loss*", "nn_correction",
+                 "Class prior given to uPU, nnPU and Self-PU per fold"):
         assert part in report, part
     summary = pd.read_csv(out / "preprocessed" / "summary.csv")
     assert len(summary) == 12 and set(summary.status) == {"done"}
@@ -48,6 +53,11 @@ def test_reduced_demo_runs_end_to_end_and_resumes(tmp_path):
         assert sorted(p["subject_id"] for p in r["predictions"]) == sorted(
             set(manifest.subject_id))
         assert 0.0 <= r["pooled"]["metrics"]["accuracy"]["value"] <= 1.0
+        # scored against the paper's positive class, with the PU labels beside the truth
+        assert {p["pu_label"] for p in r["predictions"]} <= {0, 1}
+        labelled = [p for p in r["predictions"] if p["pu_label"] == 1]
+        assert all(p["truth"] == 1 for p in labelled)
+        assert "hidden_positive_recall" in r["pooled"]["metrics"]
     assert record["results"]["nnpu"]["nn_correction"] is not None
     assert list(record["results"]["nnpu"]["nn_correction_by_phase"]) == ["phase1"]
     assert record["results"]["naive"]["nn_correction_by_phase"] is None
@@ -79,5 +89,5 @@ def test_demo_refuses_an_unknown_method_before_any_work(tmp_path):
 def test_demo_refuses_a_cohort_too_small_to_split(tmp_path):
     result = CliRunner().invoke(app, ["demo", "--subjects", "5", "--out", str(tmp_path)])
     assert result.exit_code == 2
-    assert "subjects=5" in result.output and "at least 18" in result.output
+    assert "subjects=5" in result.output and "at least 12" in result.output
     assert not any(tmp_path.iterdir())  # nothing written

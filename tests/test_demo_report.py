@@ -107,9 +107,11 @@ def test_logistic_reference_is_fitted_on_the_training_subjects_only():
     assert np.allclose(logistic_reference(flipped, features)["logit"], out["logit"])
 
 
-def _result(logits, truth, share=None, column=None):
+def _result(logits, truth, share=None, column=None, pu_label=None):
     preds = pd.DataFrame({"subject_id": [f"s{i}" for i in range(len(logits))],
                           "logit": logits, "truth": truth})
+    if pu_label is not None:
+        preds["pu_label"] = pu_label
     return {"pooled": pooled_metrics(preds, n_boot=100), "val_auc": 0.7, "seconds": 1.0,
             "nn_correction": share, "nn_correction_column": column,
             "predictions": preds.to_dict("records")}
@@ -133,15 +135,46 @@ def test_report_explains_coinciding_methods_and_a_correction_that_never_fired():
     assert "`train/model/nn_correction`" in text
     assert "selfpu's non-negative correction (of its nnPU risk) fired in 25.0 %" in text
     assert "metrics.csv; by phase: phase1 10.0 %, phase2 40.0 %)" in text
-    assert "6 subjects with a known truth (3 amyloid-positive), 1 without" in text
+    assert "6 subjects with a known truth (3 positive), 1 without one" in text
     assert "**Threshold.**" not in text
     everyone = {"naive": _result([1.0, 1.0, 2.0, 0.5, 3.0, 0.2, 0.0], truth)}
     assert "naive called every scored subject with a negative truth positive" in "\n".join(
         explanation(settings, everyone, refs))
     report = render_report(settings, results, refs, {"total": 3.0}, "7 of 7 scans", [(0.5, "x")],
                            "counts")
-    assert "| upu | 1.000 [" in report
-    assert "| *reference: logistic regression on 2 volumes* | 1.000 [" in report
+    assert "| upu | 0.833 [" in report   # accuracy first (5 of 6), then AUC
+    assert "| *reference: logistic regression on 2 volumes* | - | 1.000 [" in report
+
+
+def test_report_shows_the_pu_effect_on_hidden_positives():
+    """Accuracy first, hidden-positive recall and AUC, and the all-negative / all-positive
+    reference lines, with naive against the PU methods in words."""
+    truth = [1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, np.nan]
+    pu = [1, 0, 0, 0, 0, 0, 0, 0, 0]          # one labelled, three hidden positives
+    naive = [2.0, -1.0, -1.0, -0.5, -2.0, -2.0, -1.5, -1.0, 0.0]   # hidden called negative
+    nnpu = [2.0, 1.0, 0.5, -0.5, -2.0, -2.0, 0.5, -1.0, 0.0]
+    results = {"naive": _result(naive, truth, pu_label=pu),
+               "nnpu": _result(nnpu, truth, 0.3, "train/model/nn_correction", pu_label=pu)}
+    m = results["nnpu"]["pooled"]["metrics"]
+    assert m["hidden_positive_recall"]["value"] == 2 / 3
+    assert results["naive"]["pooled"]["metrics"]["hidden_positive_recall"]["value"] == 0.0
+    # hidden AUC: hidden positives (1.0, 0.5, -0.5) against the unlabelled negatives
+    # (-2, -2, 0.5, -1): 4 + 3.5 (a tie counts half) + 3 wins of 12 pairs
+    assert m["hidden_auc"]["value"] == pytest.approx(10.5 / 12)
+    assert m["all_negative_accuracy"]["value"] == 0.5
+    assert results["nnpu"]["pooled"]["n_hidden"] == 3
+    refs = {"logistic regression on 2 volumes": _result(nnpu, truth, pu_label=pu)}
+    settings = DemoSettings(subjects=24, folds=2)
+    text = "\n".join(explanation(settings, results, refs))
+    assert "3 of the 4 scored positives are unlabelled" in text
+    assert "Hidden-positive recall: naive 0.000 [" in text and "; nnpu 0.667 [" in text
+    assert "calling everyone negative scores 0.500, everyone positive 0.500" in text
+    report = render_report(settings, results, refs, {"total": 3.0}, "9 of 9 scans",
+                           [(0.5, "x")], "counts")
+    assert ("| method | accuracy | AUC | balanced accuracy | hidden-positive recall | hidden AUC "
+            "| sensitivity | specificity | validation AUC | seconds |") in report
+    assert "| *reference: call everyone negative* | 0.500 [" in report
+    assert "| *reference: logistic regression on 2 volumes* | - | " in report
 
 
 def test_stage_progress_says_what_is_left():

@@ -53,9 +53,12 @@ def build(
     cohort = build_cohort(clinical, scans, cfg, amyloid=list(amyloid or []))
     paths = write_cohort(cohort, out)
     from adni_pu.cohort import counts_table
+    from adni_pu.cohort.report import pu_task_lines
 
     table = counts_table(cohort.manifest)
     typer.echo(table.to_string(index=False))
+    for line in pu_task_lines(cohort.manifest):
+        typer.echo(line.strip("*"), err=line.startswith("**"))
     _echo_issues(cohort.quality, paths)
     typer.echo(f"manifest: {paths['manifest']}")
     typer.echo(f"report: {paths['report']}")

@@ -31,7 +31,13 @@ from adni_pu.cohort.manifest import (
     write_manifest,
 )
 from adni_pu.cohort.quality import CohortInputError, Issue, QualityReport
-from adni_pu.cohort.report import class_prior_table, counts_table, render_report
+from adni_pu.cohort.report import (
+    class_prior_table,
+    counts_table,
+    pu_summary,
+    pu_task_lines,
+    render_report,
+)
 from adni_pu.cohort.splits import (
     LeakageError,
     assert_manifest_no_leakage,
@@ -44,6 +50,8 @@ from adni_pu.cohort.suvr import CORTICAL_COMPOSITE, SuvrError, compute_suvr, suv
 from adni_pu.cohort.tables import normalise_diagnosis, normalise_subject_id, normalise_visit
 
 __all__ = [
+    "pu_summary",
+    "pu_task_lines",
     "AmyloidSettings", "CORTICAL_COMPOSITE", "MANIFEST_COLUMNS", "LABEL_PRESETS",
     "PRESET_DESCRIPTIONS", "Cohort", "CohortConfig", "CohortInputError", "Issue",
     "LabelSettings", "LeakageError", "MatchingSettings", "QualityReport", "SplitSettings",

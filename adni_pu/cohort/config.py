@@ -122,60 +122,77 @@ def _check_cutoffs(name: str, cutoffs: dict[str, Any]) -> dict[str, float]:
 class LabelSettings:
     """The positive-unlabelled labelling rule and the evaluation truth (per subject).
 
-    A subject is a labelled positive (pu_label 1) if one of ``positive_diagnoses`` is on
-    file for it (within ``diagnosis_scope``) or one of its amyloid measures (within
-    ``amyloid_scope``) is at or above ``label_cutoffs[tracer]``; every other subject is
-    unlabelled (0). ``hidden_positive_cutoffs`` marks unlabelled subjects whose SUVR lies
-    in [hidden cut-off, label cut-off) as hidden positives. The truth is amyloid status:
-    1 if a measure is at or above ``truth_cutoffs[tracer]``, 0 if all are below, empty
-    without a measure.
+    Two rules, kept apart on purpose (docs/cohort.md, "Labels and truth"):
+
+    - **Label** (what training sees). A subject is a labelled positive (pu_label 1) if one
+      of ``positive_diagnoses`` is on file for it (within ``diagnosis_scope``), or, where
+      ``label_cutoffs`` names its tracer, an amyloid measure (within ``amyloid_scope``) at
+      or above that cut-off. Everyone else is unlabelled (0). The ``paper`` preset labels
+      by diagnosis alone (``label_cutoffs`` empty), as the paper does: "patients" are
+      labelled, the rest are unlabelled.
+    - **Truth** (evaluation only), the positive class: 1 if a measure is at or above
+      ``truth_cutoffs[tracer]``, or (``truth_from_diagnosis``) a positive diagnosis is on
+      file; 0 if the subject has measures, all below, and no positive diagnosis; unknown
+      otherwise.
+
+    An unlabelled subject whose truth is positive is a **hidden positive**: what a PU
+    method has to find. A label cut-off may not lie below the truth cut-off (a labelled
+    positive must be positive).
 
     With ``scale = "centiloid"`` the measures are Centiloids (the table's own, or SUVRs
     converted by ``amyloid.centiloid_conversions``) and the ``centiloid_*`` cut-offs apply
-    to every tracer alike. ``diagnosis_only = true`` labels by diagnosis alone (amyloid is
-    then used for the truth only, and may be missing altogether).
+    to every tracer alike. ``diagnosis_only = true`` makes no amyloid label whatever the
+    cut-offs say, and accepts inputs with no amyloid measure at all (truth then known only
+    where a diagnosis decides it).
     """
 
     positive_diagnoses: list[str] = field(default_factory=lambda: ["AD", "Dementia"])
     # Keep only subjects whose baseline diagnosis (normalised CN/MCI/AD, or DX_bl's own
     # CN/SMC/EMCI/LMCI/AD) is listed; empty keeps everyone.
     include_diagnoses: list[str] = field(default_factory=list)
-    label_cutoffs: dict[str, float] = field(
-        default_factory=lambda: {"AV45": 1.08, "FBB": 1.08, "PIB": 1.08})
-    hidden_positive_cutoffs: dict[str, float] = field(default_factory=dict)
+    # SUVR at or above which an amyloid measure alone labels a subject positive; a tracer
+    # not listed (the paper: none) makes no label.
+    label_cutoffs: dict[str, float] = field(default_factory=dict)
     truth_cutoffs: dict[str, float] = field(
         default_factory=lambda: {"AV45": 1.08, "FBB": 1.08, "PIB": 1.08})
+    # The positive class includes a positive diagnosis on file (the paper's wording:
+    # "a positive clinical diagnosis, or SUVR >= 1.08"); false: amyloid status alone.
+    truth_from_diagnosis: bool = True
     # Which diagnoses count: every visit on file, only visits with a scan, or baseline only.
     diagnosis_scope: Literal["any-visit", "scanned-visits", "baseline"] = "any-visit"
     # Which amyloid measures count: those paired with one of the subject's scans, or all.
     amyloid_scope: Literal["paired", "any"] = "paired"
     # What the cut-offs compare: per-tracer SUVRs or tracer-agnostic Centiloids.
     scale: Literal["suvr", "centiloid"] = "suvr"
-    centiloid_label_cutoff: float = 20.0
+    # Centiloids at or above which a measure labels a subject positive (none: no label).
+    centiloid_label_cutoff: float | None = None
     centiloid_truth_cutoff: float = 20.0
-    # Lower end of the hidden-positive band in Centiloids (none by default).
-    centiloid_hidden_positive_cutoff: float | None = None
-    # Label by diagnosis alone: no amyloid measure makes a labelled positive, and a table
-    # without any amyloid measure is accepted (truth then unknown where there is none).
+    # No amyloid label at all, and inputs without any amyloid measure are accepted.
     diagnosis_only: bool = False
 
     def __post_init__(self) -> None:
-        low = self.centiloid_hidden_positive_cutoff
-        if low is not None and low >= self.centiloid_label_cutoff:
-            raise ConfigError(
-                f"labels.centiloid_hidden_positive_cutoff={low}: expected below "
-                f"labels.centiloid_label_cutoff={self.centiloid_label_cutoff}")
         self.label_cutoffs = _check_cutoffs("labels.label_cutoffs", self.label_cutoffs)
         self.truth_cutoffs = _check_cutoffs("labels.truth_cutoffs", self.truth_cutoffs)
-        self.hidden_positive_cutoffs = _check_cutoffs(
-            "labels.hidden_positive_cutoffs", self.hidden_positive_cutoffs)
-        for tracer, low in self.hidden_positive_cutoffs.items():
-            high = self.label_cutoffs.get(tracer)
-            if high is None or low >= high:
+        for tracer, label in self.label_cutoffs.items():
+            truth = self.truth_cutoffs.get(tracer)
+            if truth is not None and label < truth:
                 raise ConfigError(
-                    f"labels.hidden_positive_cutoffs.{tracer}={low}: expected below "
-                    f"labels.label_cutoffs.{tracer}={high}"
-                )
+                    f"labels.label_cutoffs.{tracer}={label}: expected at or above "
+                    f"labels.truth_cutoffs.{tracer}={truth} (a labelled positive must be "
+                    "positive by the truth)")
+        low = self.centiloid_label_cutoff
+        if low is not None and low < self.centiloid_truth_cutoff:
+            raise ConfigError(
+                f"labels.centiloid_label_cutoff={low}: expected at or above "
+                f"labels.centiloid_truth_cutoff={self.centiloid_truth_cutoff}")
+
+    def amyloid_labels(self) -> bool:
+        """Whether any amyloid measure can make a labelled positive under these settings."""
+        if self.diagnosis_only:
+            return False
+        if self.scale == "centiloid":
+            return self.centiloid_label_cutoff is not None
+        return bool(self.label_cutoffs)
 
 
 @dataclass
@@ -277,46 +294,61 @@ class CohortConfig:
             raise ConfigError(f"preset {self.preset!r}: expected one of {sorted(LABEL_PRESETS)}")
 
 
-#: Label presets: the defaults each one gives to :class:`LabelSettings`.
+#: Label presets: the defaults each one gives to :class:`LabelSettings`. Every preset
+#: but ``labels-equal-truth`` leaves amyloid-positive people without a positive diagnosis
+#: unlabelled: the hidden positives a PU method has to find.
 LABEL_PRESETS: dict[str, dict[str, Any]] = {
     "paper": {
         "positive_diagnoses": ["AD", "Dementia"],
         "include_diagnoses": [],
-        "label_cutoffs": {"AV45": 1.08, "FBB": 1.08, "PIB": 1.08},
-        "hidden_positive_cutoffs": {},
+        "label_cutoffs": {},
         "truth_cutoffs": {"AV45": 1.08, "FBB": 1.08, "PIB": 1.08},
+        "truth_from_diagnosis": True,
     },
     "published-code": {
         "positive_diagnoses": ["AD", "Dementia"],
         "include_diagnoses": ["CN", "AD"],
         "label_cutoffs": {"AV45": 1.18, "FBB": 1.18, "PIB": 1.18},
-        "hidden_positive_cutoffs": {"AV45": 1.08, "FBB": 1.08, "PIB": 1.08},
         "truth_cutoffs": {"AV45": 1.08, "FBB": 1.08, "PIB": 1.08},
+        "truth_from_diagnosis": True,
     },
     "tracer-cutoffs": {
         "positive_diagnoses": ["AD", "Dementia"],
         "include_diagnoses": [],
-        "label_cutoffs": {"AV45": 1.11, "FBB": 1.08, "PIB": 1.5},
-        "hidden_positive_cutoffs": {},
+        "label_cutoffs": {},
         "truth_cutoffs": {"AV45": 1.11, "FBB": 1.08, "PIB": 1.5},
+        "truth_from_diagnosis": True,
     },
     "centiloid": {
         "positive_diagnoses": ["AD", "Dementia"],
         "include_diagnoses": [],
-        "hidden_positive_cutoffs": {},
+        "label_cutoffs": {},
         "scale": "centiloid",
-        "centiloid_label_cutoff": 20.0,
+        "centiloid_label_cutoff": None,
         "centiloid_truth_cutoff": 20.0,
+        "truth_from_diagnosis": True,
+    },
+    "labels-equal-truth": {
+        "positive_diagnoses": ["AD", "Dementia"],
+        "include_diagnoses": [],
+        "label_cutoffs": {"AV45": 1.08, "FBB": 1.08, "PIB": 1.08},
+        "truth_cutoffs": {"AV45": 1.08, "FBB": 1.08, "PIB": 1.08},
+        "truth_from_diagnosis": True,
     },
 }
 
 PRESET_DESCRIPTIONS: dict[str, str] = {
-    "paper": "Self-PU paper: AD/Dementia on file or SUVR >= 1.08 labelled; rest unlabelled",
-    "published-code": "published code: CN and AD subjects only; SUVR >= 1.18 labelled, "
+    "paper": "Self-PU paper: AD/Dementia on file labelled; truth = that diagnosis or "
+             "SUVR >= 1.08; amyloid-positive MCI/CN hidden in the unlabelled set",
+    "published-code": "published code: CN and AD subjects only; AD or SUVR >= 1.18 labelled, "
                       "1.08-1.18 hidden positives",
-    "tracer-cutoffs": "per-tracer cut-offs: AV45 1.11, FBB 1.08, PIB 1.5",
-    "centiloid": "tracer-agnostic: AD/Dementia on file or >= 20 Centiloids labelled "
-                 "(Berkeley SUVR conversions for AV45/FBB)",
+    "tracer-cutoffs": "the paper's labels with per-tracer truth cut-offs: AV45 1.11, FBB 1.08, "
+                      "PIB 1.5",
+    "centiloid": "the paper's labels with a tracer-agnostic truth: diagnosis or >= 20 "
+                 "Centiloids (Berkeley SUVR conversions for AV45/FBB)",
+    "labels-equal-truth": "every known positive labelled (AD/Dementia or SUVR >= 1.08): "
+                          "labels equal the truth, a supervised task, not PU (the "
+                          "`paper` rule before 2026-11-26; for comparison only)",
 }
 
 

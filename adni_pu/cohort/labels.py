@@ -67,22 +67,20 @@ def _diagnoses_in_scope(group: list[dict], scanned: set[str], scope: str) -> lis
     return out
 
 
-def cutoffs(settings: LabelSettings, tracer: str) -> tuple[float | None, float | None,
-                                                         float | None]:
-    """(label, truth, hidden-positive) cut-offs for one tracer on the settings' scale.
+def cutoffs(settings: LabelSettings, tracer: str) -> tuple[float | None, float | None]:
+    """(label, truth) cut-offs for one tracer on the settings' scale.
 
-    The label cut-off is ``None`` under ``diagnosis_only`` (amyloid makes no label).
+    The label cut-off is ``None`` where an amyloid measure of that tracer makes no label
+    (the ``paper`` preset, ``diagnosis_only``, or a tracer missing from ``label_cutoffs``).
     """
     if settings.scale == "centiloid":
         label, truth = settings.centiloid_label_cutoff, settings.centiloid_truth_cutoff
-        hidden = settings.centiloid_hidden_positive_cutoff
     else:
         label = settings.label_cutoffs.get(tracer)
         truth = settings.truth_cutoffs.get(tracer)
-        hidden = settings.hidden_positive_cutoffs.get(tracer)
     if settings.diagnosis_only:
-        label, hidden = None, None
-    return label, truth, hidden
+        label = None
+    return label, truth
 
 
 def _num(value: Any) -> float | None:
@@ -107,6 +105,8 @@ def label_subjects(
     quality: QualityReport,
 ) -> pd.DataFrame:
     """One row per subject: inclusion, ``pu_label``, ``hidden_positive``, ``truth``, why.
+
+    ``hidden_positive`` is 1 for an unlabelled subject whose truth is positive.
 
     ``scans`` are the usable, matched scans (with ``visit``, ``suvr``, ``centiloid``,
     ``tracer``, ``suvr_date``); ``measures`` every amyloid measure (used when
@@ -167,16 +167,15 @@ def label_subjects(
             found = sorted(paired_by.get(subject, set()), key=lambda m: (m[0], m[1]))
         else:
             found = measures_by.get(subject, [])
-        label_hit, hidden, truth_pos, truth_known = None, False, False, False
+        label_hit, truth_pos, truth_known = None, False, False
+        amyloid_labels = settings.amyloid_labels()
         best_score, best = -np.inf, (np.nan, None, np.nan)
         for tracer, value, _date, suvr, cl in found:
-            label_cut, truth_cut, hidden_cut = cutoffs(settings, tracer)
-            if truth_cut is None or (label_cut is None and not settings.diagnosis_only):
+            label_cut, truth_cut = cutoffs(settings, tracer)
+            if truth_cut is None or (label_cut is None and amyloid_labels):
                 no_cutoff.append(f"{subject}: {tracer} {value:.3f}")
             if label_cut is not None and value >= label_cut and label_hit is None:
                 label_hit = f"{tracer} {unit} {value:.{1 if unit == 'CL' else 3}f} >= {label_cut:g}"
-            if hidden_cut is not None and label_cut is not None and hidden_cut <= value < label_cut:
-                hidden = True
             if truth_cut is not None:
                 truth_known = True
                 truth_pos = truth_pos or value >= truth_cut
@@ -184,13 +183,15 @@ def label_subjects(
                 score = value - truth_cut if unit == "CL" else value / truth_cut
                 if score > best_score:
                     best_score, best = score, (_nan(suvr), tracer, _nan(cl))
+        if settings.truth_from_diagnosis and dx_hits:
+            truth_known = truth_pos = True
         pu = bool(dx_hits) or label_hit is not None
         reasons = [f"{dx_hits[0][0]} ({dx_hits[0][1]})"] if dx_hits else []
         if label_hit:
             reasons.append(label_hit)
         row.update({
             "pu_label": int(pu),
-            "hidden_positive": int(hidden and not pu),
+            "hidden_positive": int(truth_pos and not pu),
             "truth": (1 if truth_pos else 0) if truth_known else pd.NA,
             "label_reason": "; ".join(reasons) or None,
             "amyloid_suvr": best[0], "amyloid_tracer": best[1], "n_amyloid": int(len(found)),

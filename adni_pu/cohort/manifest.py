@@ -292,9 +292,12 @@ def _no_amyloid_message(clin_name: str, used: dict[str, str | None], sources: li
                         cfg: CohortConfig, quality: QualityReport) -> str:
     """Why a cohort with no usable amyloid measure is refused, and the ways out."""
     scale = "Centiloids" if cfg.labels.scale == "centiloid" else "amyloid SUVR"
-    need = (f"preset {cfg.preset} labels and sets the truth by {scale}; give the UC Berkeley "
-            "amyloid table with --amyloid, or set labels.diagnosis_only=true to label by "
-            "diagnosis alone (truth then unknown for every subject)")
+    what = "labels and sets the truth" if cfg.labels.amyloid_labels() else "sets the truth"
+    left = ("known only where a positive diagnosis decides it, so no hidden positive can be "
+            "found" if cfg.labels.truth_from_diagnosis else "unknown for every subject")
+    need = (f"preset {cfg.preset} {what} by {scale}; give the UC Berkeley amyloid table "
+            "with --amyloid, or set labels.diagnosis_only=true to label by diagnosis alone "
+            f"(truth then {left})")
     columns = [used.get(t) for t in ("av45", "fbb", "pib")]
     if not sources and not any(columns):
         return (f"clinical table {clin_name}: no amyloid column (expected AV45, FBB or PIB, "

@@ -91,17 +91,66 @@ def counts_table(manifest: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def pu_summary(manifest: pd.DataFrame) -> dict[str, Any]:
+    """What the labels ask of a PU method, over all subjects of a manifest.
+
+    ``n_p`` labelled positives; ``class_prior``: truth-positive share of subjects with a
+    truth; ``labelled_fraction``; ``hidden_positive``: unlabelled subjects whose truth is
+    positive; ``hidden_share``: their share of the truth positives; ``unlabelled_known``:
+    unlabelled subjects with a truth.
+    """
+    subjects = subject_table(manifest)
+    pu = pd.to_numeric(subjects["pu_label"], errors="coerce").fillna(0).astype(int)
+    truth = pd.to_numeric(subjects["truth"], errors="coerce")
+    known = truth.notna()
+    hidden = int(((pu == 0) & (truth == 1)).sum())
+    positives = int((truth == 1).sum())
+    return {
+        "subjects": int(len(subjects)), "n_p": int((pu == 1).sum()),
+        "with_truth": int(known.sum()), "truth_positive": positives,
+        "class_prior": positives / int(known.sum()) if known.any() else float("nan"),
+        "labelled_fraction": float((pu == 1).mean()) if len(pu) else float("nan"),
+        "hidden_positive": hidden,
+        "hidden_share": hidden / positives if positives else float("nan"),
+        "unlabelled_known": int(((pu == 0) & known).sum()),
+    }
+
+
+#: The warning printed by ``cohort build`` and written into the report when the labels
+#: leave no positive in the unlabelled set.
+NO_HIDDEN_WARNING = (
+    "WARNING: no unlabelled subject with a known truth is positive: wherever the truth is "
+    "known the labels equal it, so this cohort poses a supervised task, not a PU one, and no "
+    "PU method can differ from naive training on it. Use a preset that labels by diagnosis "
+    "(`paper`) or check the amyloid inputs.")
+
+
+def pu_task_lines(manifest: pd.DataFrame) -> list[str]:
+    """One line with n_p, the class prior and the hidden share, and the warning when the
+    unlabelled set holds no known positive (:data:`NO_HIDDEN_WARNING`)."""
+    s = pu_summary(manifest)
+    line = (f"n_p = {s['n_p']} labelled positives of {s['subjects']} subjects; class prior "
+            f"{s['class_prior']:.3f} by the truth ({s['truth_positive']} positive of "
+            f"{s['with_truth']} with a truth), labelled fraction {s['labelled_fraction']:.3f}; "
+            f"{s['hidden_positive']} hidden positives in the unlabelled set "
+            f"({s['hidden_share']:.0%} of the positives)")
+    lines = [line]
+    if s["hidden_positive"] == 0:
+        lines.append(f"**{NO_HIDDEN_WARNING}**")
+    return lines
+
+
 def _cutoffs(config: CohortConfig | None, tracer: str) -> dict[str, float | None]:
     from adni_pu.cohort.labels import cutoffs
 
-    label, truth, hidden = cutoffs((config or CohortConfig()).labels, tracer)
-    return {"label": label, "truth": truth, "hidden": hidden}
+    label, truth = cutoffs((config or CohortConfig()).labels, tracer)
+    return {"label": label, "truth": truth}
 
 
 def plot_suvr_histogram(manifest: pd.DataFrame, path: str | Path,
                         config: CohortConfig | None = None) -> Path:
     """Histogram of the amyloid measures paired with scans, one panel per tracer, with the
-    label, truth and hidden-positive cut-offs drawn as vertical lines (SUVRs, or
+    label (where amyloid labels) and truth cut-offs drawn as vertical lines (SUVRs, or
     Centiloids under ``labels.scale = "centiloid"``). Written atomically."""
     import matplotlib
 
@@ -119,8 +168,7 @@ def plot_suvr_histogram(manifest: pd.DataFrame, path: str | Path,
     tracers = [t for t in MEASURE_TRACERS if (measures["tracer"] == t).any()] or ["none"]
     fig, axes = plt.subplots(1, len(tracers), figsize=(5.0 * len(tracers), 3.6), squeeze=False)
     styles = {"label": ("tab:red", "-", "label cut-off"),
-              "truth": ("black", "--", "truth cut-off"),
-              "hidden": ("tab:orange", ":", "hidden-positive cut-off")}
+              "truth": ("black", "--", "truth cut-off")}
     for ax, tracer in zip(axes[0], tracers):
         values = measures.loc[measures["tracer"] == tracer, column].astype(float)
         cut = _cutoffs(config, tracer)
@@ -178,28 +226,27 @@ def render_report(
     if config is not None:
         lab = config.labels
         if lab.scale == "centiloid":
-            label_cut, truth_cut = (f"{lab.centiloid_label_cutoff:g} CL (every tracer)",
-                                    f"{lab.centiloid_truth_cutoff:g} CL")
-            hidden = (f" Hidden positives: unlabelled with CL in "
-                      f"[{lab.centiloid_hidden_positive_cutoff:g}, label cut-off)."
-                      if lab.centiloid_hidden_positive_cutoff is not None else "")
+            label_cut = (f"{lab.centiloid_label_cutoff:g} CL (every tracer)"
+                         if lab.centiloid_label_cutoff is not None else None)
+            truth_cut = f"{lab.centiloid_truth_cutoff:g} CL"
             conv = "; ".join(f"{t}: CL = {a:g} x SUVR {b:+g}" for t, (a, b)
                              in config.amyloid.centiloid_conversions.items())
-            hidden += f" SUVRs without a Centiloid converted by {conv or 'nothing'}."
+            truth_cut += f" (SUVRs without a Centiloid converted by {conv or 'nothing'})"
         else:
-            label_cut, truth_cut = str(lab.label_cutoffs), str(lab.truth_cutoffs)
-            hidden = (f" Hidden positives: unlabelled with SUVR in "
-                      f"[{lab.hidden_positive_cutoffs}, label cut-off)."
-                      if lab.hidden_positive_cutoffs else "")
-        amyloid = ("" if lab.diagnosis_only else
-                   f" or an amyloid measure ({lab.amyloid_scope} measures) is at or above the "
-                   f"label cut-off {label_cut}")
+            label_cut = str(lab.label_cutoffs) if lab.label_cutoffs else None
+            truth_cut = f"SUVR {lab.truth_cutoffs}"
+        amyloid = (f" or an amyloid measure ({lab.amyloid_scope} measures) is at or above "
+                   f"{label_cut}" if lab.amyloid_labels() and label_cut else "")
+        truth_dx = (f"one of {lab.positive_diagnoses} on file, or " if lab.truth_from_diagnosis
+                    else "")
         lines += [
             f"Preset **{config.preset}**. Labels are per subject: labelled positive if one of "
-            f"{lab.positive_diagnoses} is on file ({lab.diagnosis_scope}){amyloid}"
+            f"{lab.positive_diagnoses} is on file ({lab.diagnosis_scope}){amyloid}; everyone "
+            "else is unlabelled"
             + (" (labels.diagnosis_only: amyloid is used for the truth only)"
                if lab.diagnosis_only else "")
-            + f"; truth is amyloid status at {truth_cut}." + hidden
+            + f". Truth (evaluation only): {truth_dx}an amyloid measure at or above "
+            f"{truth_cut}. Hidden positives: unlabelled subjects whose truth is positive."
             + (f" Only subjects with baseline diagnosis in {lab.include_diagnoses}."
                if lab.include_diagnoses else ""),
             "",
@@ -220,6 +267,7 @@ def render_report(
             found = ", ".join(f"{k}={v}" for k, v in used.items() if v)
             lines.append(f"- columns used in the {name} table: {found}")
         lines.append("")
+    lines += ["## The PU task", "", *pu_task_lines(manifest), ""]
     lines += ["## Counts per split and label (subjects)", "", _md_table(counts_table(manifest))]
     prior = class_prior_table(manifest)
     lines += [

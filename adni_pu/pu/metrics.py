@@ -37,15 +37,42 @@ def roc_auc(scores: np.ndarray, labels: np.ndarray) -> float:
     return float((ranks[labels].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
-def binary_metrics(logits: np.ndarray, truth: np.ndarray) -> dict[str, float]:
+#: The PU task's own metrics (:func:`binary_metrics` with ``pu_label``).
+PU_METRICS: tuple[str, ...] = ("hidden_positive_recall", "hidden_auc",
+                               "all_negative_accuracy", "all_positive_accuracy")
+
+
+def binary_metrics(logits: np.ndarray, truth: np.ndarray,
+                   pu_label: np.ndarray | None = None) -> dict[str, float]:
     """Accuracy, balanced accuracy, AUC, precision, recall (sensitivity), specificity, F1.
 
     Examples whose truth is unknown (nan) are left out; ``n`` says how many were scored.
+    With ``pu_label`` (1 labelled positive, 0 unlabelled) the PU task's metrics too:
+
+    - ``hidden_positive_recall``: share of the unlabelled set's true positives (the hidden
+      positives) called positive (logit > 0), what naive training misses;
+    - ``hidden_auc``: AUC of the hidden positives against the unlabelled negatives, its
+      threshold-free counterpart;
+    - ``all_negative_accuracy`` / ``all_positive_accuracy``: the accuracy of calling every
+      example negative / positive, the reference lines of accuracy;
+    - ``n_hidden``: how many hidden positives were scored.
     """
     logits = np.asarray(logits, dtype=np.float64)
     truth = np.asarray(truth, dtype=np.float64)
     known = ~np.isnan(truth)
     logits, y = logits[known], truth[known].astype(bool)
+    extra: dict[str, float] = {}
+    if pu_label is not None:
+        unlabelled = np.asarray(pu_label, dtype=np.float64)[known] == 0
+        hidden = unlabelled & y
+        extra = {
+            "hidden_positive_recall": float((logits[hidden] > 0).mean()) if hidden.any()
+            else float("nan"),
+            "hidden_auc": roc_auc(logits[unlabelled], y[unlabelled]),
+            "all_negative_accuracy": float((~y).mean()) if len(y) else float("nan"),
+            "all_positive_accuracy": float(y.mean()) if len(y) else float("nan"),
+            "n_hidden": float(hidden.sum()),
+        }
     pred = logits > 0
     tp = int((pred & y).sum())
     tn = int((~pred & ~y).sum())
@@ -72,6 +99,7 @@ def binary_metrics(logits: np.ndarray, truth: np.ndarray) -> dict[str, float]:
         "f1": f1,
         "n": float(n),
         "n_unknown": float((~known).sum()),
+        **extra,
     }
 
 
@@ -84,17 +112,20 @@ def bootstrap_ci(
     seed: int = 0,
     level: float = 0.95,
     groups: np.ndarray | None = None,
+    pu_label: np.ndarray | None = None,
 ) -> dict[str, dict[str, float]]:
     """Point estimate and percentile bootstrap CI of each metric.
 
     With ``groups`` (e.g. subject ids) whole groups are resampled, so several scans of one
-    subject do not narrow the interval.
+    subject do not narrow the interval. ``pu_label`` adds the PU task's metrics
+    (:data:`PU_METRICS`, see :func:`binary_metrics`) to those that may be asked for.
     """
     logits = np.asarray(logits, dtype=np.float64)
     truth = np.asarray(truth, dtype=np.float64)
     known = ~np.isnan(truth)
     logits, truth = logits[known], truth[known]
-    point = binary_metrics(logits, truth)
+    pu = None if pu_label is None else np.asarray(pu_label, dtype=np.float64)[known]
+    point = binary_metrics(logits, truth, pu)
     rng = np.random.default_rng(seed)
     if groups is not None:
         groups = np.asarray(groups)[known]
@@ -108,7 +139,7 @@ def bootstrap_ci(
             idx = np.concatenate([members[g] for g in pick])
         else:
             idx = rng.integers(0, n, n)
-        values = binary_metrics(logits[idx], truth[idx])
+        values = binary_metrics(logits[idx], truth[idx], None if pu is None else pu[idx])
         for m in metrics:
             samples[m].append(values[m])
     lo, hi = (1 - level) / 2 * 100, (1 + level) / 2 * 100

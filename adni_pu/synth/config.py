@@ -50,11 +50,16 @@ class SynthConfig:
     layout with a summary.csv, so the training path can run without preprocessing."""
 
     # --- cohort ------------------------------------------------------------------------
-    dx_proportions: tuple[float, float, float, float, float] = (0.28, 0.07, 0.2, 0.25, 0.2)
-    """Baseline diagnosis mix in the order CN, SMC, EMCI, LMCI, AD."""
+    dx_proportions: tuple[float, float, float, float, float] = (0.36, 0.06, 0.28, 0.16, 0.14)
+    """Baseline diagnosis mix in the order CN, SMC, EMCI, LMCI, AD: ADNI-GO/2's groups (the
+    phases with florbetapir PET), weighted so that the ``paper`` preset gives the paper's
+    class prior (about 0.43) with about a third of the positives labelled (docs/volumes.md,
+    "Composition")."""
     amyloid_prevalence: tuple[float, float, float, float, float] = (
-        0.25, 0.3, 0.4, 0.6, 0.85)
-    """P(amyloid positive) per baseline diagnosis, same order."""
+        0.20, 0.22, 0.34, 0.56, 0.88)
+    """P(amyloid positive) per baseline diagnosis, same order: published prevalences at
+    ADNI's mean age (Jansen et al. JAMA 2015 for CN, SCD and MCI; Ossenkoppele et al. JAMA
+    2015 for AD dementia; docs/volumes.md)."""
     visit_probabilities: tuple[float, float, float] = (0.4, 0.35, 0.25)
     """P(1, 2, 3 MRI visits): bl only; bl + m12; bl + m12 + m24."""
     pet_fraction: float = 0.75
@@ -69,8 +74,11 @@ class SynthConfig:
     # --- latent amyloid and its effects ------------------------------------------------
     latent_cutoff: float = 0.25
     """Latent amyloid level at and above which a subject is amyloid positive (truth)."""
+    suvr_at_cutoff: float = 1.08
+    """SUVR of the latent cut-off, both tracers: the paper's positivity cut-off, so that a
+    measured SUVR disagrees with the latent status only by measurement noise."""
     av45_slope: float = 0.4
-    """AV45 SUVR = 1 + slope * latent + noise (so latent 0.25 sits at SUVR 1.10)."""
+    """AV45 SUVR = suvr_at_cutoff + slope * (latent - latent_cutoff) + noise."""
     fbb_slope: float = 0.34
     suvr_noise: float = 0.03
     hippocampal_atrophy: float = 0.45

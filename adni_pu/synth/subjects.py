@@ -162,7 +162,8 @@ def make_subject(index: int, rng: np.random.Generator, cfg: SynthConfig) -> Subj
         pet_visit = m == 0 or (m == 24 and rng.random() < 0.5)
         if tracer is not None and pet_visit:
             slope = cfg.fbb_slope if tracer == "FBB" else cfg.av45_slope
-            suvr = round(1.0 + slope * lat + cfg.suvr_noise * float(rng.standard_normal()), 4)
+            suvr = round(cfg.suvr_at_cutoff + slope * (lat - cfg.latent_cutoff)
+                         + cfg.suvr_noise * float(rng.standard_normal()), 4)
         subject.visits.append(Visit(
             viscode="bl" if m == 0 else f"m{m:02d}", months=m, examdate=date,
             dx=_dx_at(dx_bl, sev, positive, m), latent=lat, severity=sev,
@@ -178,3 +179,32 @@ def make_subjects(n_subjects: int, seed: int, cfg: SynthConfig) -> list[Subject]
         raise ConfigError(f"n_subjects: expected at least 1, found {n_subjects}")
     children = np.random.SeedSequence(seed).spawn(n_subjects)
     return [make_subject(i, np.random.default_rng(s), cfg) for i, s in enumerate(children)]
+
+
+def paper_composition(subjects: list, cutoff: float = 1.08) -> dict:
+    """What the ``paper`` cohort preset makes of these subjects, read from their clinical
+    values without building a cohort: labelled = Dementia on file at any visit; truth =
+    that diagnosis or an SUVR >= ``cutoff`` at any visit (unknown without both). Returns
+    ``{"paper_preset": {class_prior, labelled_share_of_positives, hidden_by_dx_bl, ...}}``.
+    """
+    labelled = np.array([any(v.dx == "Dementia" for v in s.visits) for s in subjects])
+    suvrs = [[v.suvr for v in s.visits if v.suvr is not None] for s in subjects]
+    measured = np.array([bool(x) for x in suvrs])
+    amyloid = np.array([bool(x) and max(x) >= cutoff for x in suvrs])
+    truth_known = labelled | measured
+    positive = labelled | amyloid
+    hidden = ~labelled & amyloid
+    dx = np.array([s.dx_bl for s in subjects])
+    n_pos = int((positive & truth_known).sum())
+    return {
+        "paper_preset": {
+            "class_prior": round(float(n_pos / truth_known.sum()), 3),
+            "labelled_fraction": round(float(labelled.mean()), 3),
+            "labelled_share_of_positives": round(float(labelled.sum() / n_pos), 3),
+            "hidden_share_of_positives": round(float(hidden.sum() / n_pos), 3),
+            "hidden_by_dx_bl": {d: int((hidden & (dx == d)).sum())
+                                for d in ("CN", "SMC", "EMCI", "LMCI", "AD")},
+            "hidden_mci_share": round(float((hidden & np.isin(dx, ["EMCI", "LMCI"])).sum()
+                                            / max(int(hidden.sum()), 1)), 3),
+            "truth_known_fraction": round(float(truth_known.mean()), 3),
+        }}

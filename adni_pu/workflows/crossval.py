@@ -78,23 +78,29 @@ def fold_manifests(manifest: Any, folds: int, seed: int, out: Path) -> list[Path
 
 def pooled_metrics(predictions: Any, n_boot: int = 1000, seed: int = 0,
                    metrics: tuple[str, ...] | None = None) -> dict[str, Any]:
-    """Metrics of pooled per-subject predictions (``subject_id, logit, truth``) with
-    percentile-bootstrap 95 % CIs over subjects; subjects with unknown truth are left out.
+    """Metrics of pooled per-subject predictions (``subject_id, logit, truth`` and, for the
+    PU task's metrics, ``pu_label``) with percentile-bootstrap 95 % CIs over subjects;
+    subjects with unknown truth are left out.
 
     Refuses a subject scored twice (each must come from the one fold that held it out).
     """
     from adni_pu.pu.metrics import bootstrap_ci
-    from adni_pu.workflows.evaluate import METRICS
+    from adni_pu.workflows.evaluate import METRICS, REPORT_METRICS
 
     twice = predictions["subject_id"][predictions["subject_id"].duplicated()]
     if len(twice):
         raise ValueError(f"subject(s) scored more than once: {sorted(set(twice))[:5]}")
     truth = predictions["truth"].astype(float).to_numpy()
     known = ~np.isnan(truth)
-    return {"n_subjects": int(len(predictions)), "n_scored": int(known.sum()),
-            "n_positive": int(np.nansum(truth)),
-            "metrics": bootstrap_ci(predictions["logit"].to_numpy(float), truth,
-                                    metrics or METRICS, n_boot=n_boot, seed=seed)}
+    pu = predictions["pu_label"].to_numpy(float) if "pu_label" in predictions else None
+    out = {"n_subjects": int(len(predictions)), "n_scored": int(known.sum()),
+           "n_positive": int(np.nansum(truth)),
+           "metrics": bootstrap_ci(predictions["logit"].to_numpy(float), truth,
+                                   metrics or (METRICS if pu is None else REPORT_METRICS),
+                                   n_boot=n_boot, seed=seed, pu_label=pu)}
+    if pu is not None:
+        out["n_hidden"] = int(((pu == 0) & (truth == 1)).sum())
+    return out
 
 
 def volume_features(paths: Iterable[str | Path]) -> Any:
@@ -163,8 +169,10 @@ def logistic_reference(frame: Any, features: Any) -> Any:
 
 
 def paired_difference(a: Any, b: Any, n_boot: int = 1000, seed: int = 0,
-                      level: float = 0.95) -> dict[str, Any]:
-    """AUC of ``a`` minus AUC of ``b`` on the same subjects, with a paired bootstrap CI.
+                      level: float = 0.95, metric: str = "auc") -> dict[str, Any]:
+    """``metric`` (AUC by default; ``accuracy``, or a PU metric when both frames carry
+    ``pu_label``) of ``a`` minus that of ``b`` on the same subjects, with a paired
+    bootstrap CI.
 
     ``a`` and ``b``: per-subject predictions (``subject_id, logit, truth`` and optionally
     ``seed``, one row per subject and seed). Subjects with unknown truth are left out and
@@ -178,23 +186,29 @@ def paired_difference(a: Any, b: Any, n_boot: int = 1000, seed: int = 0,
     keys = ["seed", "subject_id"]
     a = a.assign(seed=a.get("seed", 0))
     b = b.assign(seed=b.get("seed", 0))
-    both = a[keys + ["logit", "truth"]].merge(b[keys + ["logit"]], on=keys, how="outer",
-                                              suffixes=("_a", "_b"), indicator=True)
+    extra = ["pu_label"] if "pu_label" in a else []
+    both = a[keys + ["logit", "truth"] + extra].merge(
+        b[keys + ["logit"]], on=keys, how="outer", suffixes=("_a", "_b"), indicator=True)
     if (both["_merge"] != "both").any():
         odd = both.loc[both["_merge"] != "both", "subject_id"].iloc[0]
         raise ValueError(f"paired difference: subject {odd} is scored by one method only")
     both = both[both["truth"].notna()]
+    if not extra:
+        both = both.assign(pu_label=np.nan)
     groups = [(g["logit_a"].to_numpy(float), g["logit_b"].to_numpy(float),
-               g["truth"].to_numpy(float)) for _, g in both.groupby("seed", sort=True)]
+               g["truth"].to_numpy(float), g["pu_label"].to_numpy(float))
+              for _, g in both.groupby("seed", sort=True)]
 
     def diff(picks: list[tuple[int, np.ndarray]]) -> float:
         values = []
         for g, idx in picks:
-            la, lb, truth = (arr[idx] for arr in groups[g])
-            values.append(binary_metrics(la, truth)["auc"] - binary_metrics(lb, truth)["auc"])
+            la, lb, truth, pu = (arr[idx] for arr in groups[g])
+            pu = pu if extra else None
+            values.append(binary_metrics(la, truth, pu)[metric]
+                          - binary_metrics(lb, truth, pu)[metric])
         values = [v for v in values if not np.isnan(v)]  # a resample with one class only
         return float(np.mean(values)) if values else float("nan")
 
     out = paired_bootstrap([len(g[2]) for g in groups], diff, n_boot, seed, level)
-    return {**out,
+    return {**out, "metric": metric,
             "n_subjects": int(len(both)), "n_seeds": len(groups), "resamples": n_boot}

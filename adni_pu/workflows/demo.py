@@ -7,12 +7,12 @@ fallback for machines where preprocessing is too slow) -> build the cohort
 (``adni_pu.workflows.train``) -> score the held-out subjects -> ``report.md`` with the pooled
 results table, reference lines, an ROC plot, an explanation and the time of every stage.
 
-The defaults aim at 10 minutes on a 2-core CPU: 80 subjects with one baseline scan each
+The defaults aim at 10 minutes on a 2-core CPU: 100 subjects with one baseline scan each
 at 3 mm and disease effects within published ADNI effect sizes (docs/volumes.md, "Effect
 sizes"), fast registration and skull-stripping settings, a slim 3-branch CNN (8 and 16
 channels, each branch ending in a global average pool, the hippocampus branches pooling
 inside the atlas hippocampus; the brain at 40^3, batch 8), the pipeline's cached stage
-shared by all runs (disk cache), 3-fold cross-validation over all subjects (every subject
+shared by all runs (disk cache), 2-fold cross-validation over all subjects (every subject
 scored once, by the fold that held it out; :mod:`adni_pu.workflows.crossval`) and
 8 epochs per run. The report (:mod:`adni_pu.workflows.demo_report`) puts two reference lines
 beside the methods and explains the numbers.
@@ -58,12 +58,12 @@ DEMO_TRAINING: dict[str, Any] = {
 class DemoSettings:
     """What the demo runs."""
 
-    subjects: int = 80
+    subjects: int = 100
     out: Path = Path("adni-pu-demo")
     preprocessing: str = "real"
     epochs: int = 8
     methods: tuple[str, ...] = ("naive", "upu", "nnpu", "selfpu")
-    folds: int = 3
+    folds: int = 2
     seed: int = 0
     workers: int = 2
     bootstrap: int = 1000
@@ -75,11 +75,12 @@ class DemoSettings:
         # difference between amyloid-positive and -negative CN, as published for ADNI
         # (docs/volumes.md, "Effect sizes"); other effects at the generator's defaults
         "hippocampal_atrophy": 0.3, "atrophy_noise": 0.08,
-        # a cohort of mostly CN and AD participants (as an AD-vs-CN study), where amyloid
-        # and atrophy go together most: the true hippocampal loss separates amyloid status
-        # at AUC 0.79 (0.72 in ADNI's mix with half MCI); amyloid PET for 90 % of subjects,
-        # so that most are scored
-        "dx_proportions": [0.4, 0.05, 0.05, 0.1, 0.4], "pet_fraction": 0.9,
+        # the generator's ADNI composition (diagnosis mix and amyloid prevalence per
+        # diagnosis, docs/volumes.md "Composition"): under the paper preset about a third of
+        # the positives are labelled (the AD patients) and the rest, mostly amyloid-positive
+        # MCI, are hidden in the unlabelled set; amyloid PET for 90 % of subjects, so that
+        # most are scored
+        "pet_fraction": 0.9,
     })
 
     def __post_init__(self) -> None:
@@ -197,13 +198,14 @@ def preprocess_stage(out: Path, synth_dir: Path, settings: DemoSettings,
 
 
 def cohort_stage(out: Path, synth_dir: Path, summary_path: Path, split_seed: int,
-                 log: Callable[[str], None]) -> tuple[Any, Path]:
+                 log: Callable[[str], None], test_fraction: float = 0.25,
+                 val_fraction: float = 0.2) -> tuple[Any, Path]:
     """Labels and subject-level splits (paper preset); returns (cohort, manifest path)."""
     from adni_pu.cohort import build_cohort, load_cohort_config, write_cohort
 
     log("[3/5] building the cohort (labels, subject-level splits)")
     cohort_cfg = load_cohort_config(values={"split": {
-        "seed": split_seed, "test_fraction": 0.25, "val_fraction": 0.2}})
+        "seed": split_seed, "test_fraction": test_fraction, "val_fraction": val_fraction}})
     cohort = build_cohort(synth_dir / "clinical" / "ADNIMERGE.csv", summary_path, cohort_cfg)
     paths = write_cohort(cohort, out)
     return cohort, Path(paths["manifest"])
@@ -275,7 +277,8 @@ def train_method(manifest: Path, method: str, run_dir: Path, settings: dict[str,
             "nn_correction": fired["share"] if fired else None,
             "nn_correction_column": fired["columns"][0] if fired else None,
             "nn_correction_summary": fired,
-            "predictions": subjects[["subject_id", "logit", "truth"]].to_dict("records")}
+            "predictions": subjects[["subject_id", "pu_label", "logit", "truth"]
+                                    ].to_dict("records")}
 
 
 def reference_scores(out: Path, synth_dir: Path, fold_paths: list[Path], scored: Any,
@@ -299,9 +302,12 @@ def reference_scores(out: Path, synth_dir: Path, fold_paths: list[Path], scored:
     logistic = pd.concat([logistic_reference(f, features) for f in frames], ignore_index=True)
     truth = pd.read_csv(synth_dir / "truth_scans.csv", dtype={"subject_id": str})
     signal = truth.groupby("subject_id")["hippocampal_loss"].mean().rename("logit")
-    true = scored[["subject_id", "truth"]].merge(signal.reset_index(), on="subject_id")
+    keep = [c for c in ("subject_id", "pu_label", "truth") if c in scored]
+    true = scored[keep].merge(signal.reset_index(), on="subject_id")
+    if "pu_label" in scored:
+        logistic = logistic.merge(scored[["subject_id", "pu_label"]], on="subject_id")
     return {name: {"pooled": pooled_metrics(preds, n_boot), "predictions":
-                   preds[["subject_id", "logit", "truth"]].to_dict("records")}
+                   preds[[*keep[:-1], "logit", "truth"]].to_dict("records")}
             for name, preds in (("logistic regression on 2 volumes", logistic),
                                 ("generator truth: hippocampal loss", true))}
 

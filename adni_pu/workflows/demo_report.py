@@ -55,53 +55,89 @@ def coinciding(results: dict[str, dict[str, Any]]) -> list[tuple[list[str], str]
 
 def explanation(settings: Any, results: dict[str, dict[str, Any]],
                 references: dict[str, dict[str, Any]]) -> list[str]:
-    """The paragraphs under the table: what is synthetic, what is scored, what the
-    reference lines and the CIs mean, and why methods coincide."""
+    """The paragraphs under the table: what is synthetic, what is scored, the PU effect
+    (naive training against the PU methods on the hidden positives), the reference lines,
+    the CIs, and why methods coincide."""
     first = next(iter(results.values()))["pooled"]
     n, n_pos, n_all = first["n_scored"], first["n_positive"], first["n_subjects"]
-    widths = [r["pooled"]["metrics"]["auc"]["ci_high"] - r["pooled"]["metrics"]["auc"]["ci_low"]
-              for r in results.values()]
+    n_hidden = first.get("n_hidden", 0)
+    metrics0 = first["metrics"]
+    widths = [r["pooled"]["metrics"]["accuracy"]["ci_high"]
+              - r["pooled"]["metrics"]["accuracy"]["ci_low"] for r in results.values()]
     finite = [w for w in widths if not math.isnan(w)]
     half = sum(finite) / len(finite) / 2 if finite else float("nan")
-    above = [m for m, r in results.items() if r["pooled"]["metrics"]["auc"]["ci_low"] > 0.5]
-    not_above = [m for m in results if m not in above]
     synth = settings.synth
     paras = [
         "**What these numbers are.** Every scan is synthetic: an ADNI-like cohort from "
-        "`adni_pu.synth` whose disease effects stay within published ADNI effect sizes "
-        f"(hippocampal atrophy {synth.get('hippocampal_atrophy', 'default')} at full "
-        "severity; see docs/volumes.md for the calibration against the literature). The "
-        "task is amyloid status (the PET truth), which a T1 scan shows only in part: "
-        "amyloid-positive people without atrophy and amyloid-negative people with atrophy "
-        "are generated as in ADNI. Each scan went through the real preprocessing.",
+        "`adni_pu.synth` with ADNI's composition (diagnosis mix and amyloid positivity per "
+        "diagnosis from published ADNI numbers) and disease effects within published ADNI "
+        f"effect sizes (hippocampal atrophy {synth.get('hippocampal_atrophy', 'default')} at "
+        "full severity; docs/volumes.md). Each scan went through the real preprocessing.",
+        "**The PU task (the paper's).** Labelled positives are the diagnosed patients (AD / "
+        "Dementia on file); everyone else is unlabelled. The truth, used only to score, is "
+        "the paper's positive class: that diagnosis, or amyloid SUVR >= 1.08. So the "
+        f"unlabelled set hides positives: {n_hidden} of the {n_pos} scored positives are "
+        "unlabelled amyloid-positive people, mostly MCI. A method that learns only "
+        "\"labelled vs the rest\" (naive) calls them negative; a PU method, told the class "
+        "prior, should call more of them positive. Hidden-positive recall is the share of "
+        "them called positive; hidden AUC ranks them against the unlabelled negatives "
+        "without a threshold.",
         f"**What is scored.** {settings.folds}-fold cross-validation over all subjects: "
         f"each subject is scored once, by the models of the one fold that held it out, and "
         f"the held-out predictions of all folds are pooled: {n} subjects with a known truth "
-        f"({n_pos} amyloid-positive), {n_all - n} without amyloid PET left out. In each fold "
-        "a validation split (a stratified fifth of the other subjects) chose the epoch and, "
-        "for Self-PU, the student or teacher; the held-out subjects decided nothing. With "
-        f"{n} subjects a 95 % CI of the AUC spans about +-{half:.2f}: methods whose "
-        "intervals overlap are not separated by this demo "
-        "(`benchmarks/demo_seeds.py` pools several seeds' demos and gives paired "
-        "differences between methods with a CI over seeds and subjects).",
+        f"({n_pos} positive), {n_all - n} without one (no amyloid PET and no diagnosis) left "
+        "out. In each fold a validation split (a stratified fifth of the other subjects) "
+        "chose the epoch and, for Self-PU, the student or teacher, by the PU risk on its "
+        f"labels; the held-out subjects decided nothing. With {n} subjects a 95 % CI of "
+        f"the accuracy spans about +-{half:.2f}."
+        + (" Reference lines of accuracy: calling everyone negative scores "
+           f"{_f(metrics0['all_negative_accuracy']['value'])}, everyone positive "
+           f"{_f(metrics0['all_positive_accuracy']['value'])}."
+           if "all_negative_accuracy" in metrics0 else ""),
     ]
-    verdict = ("AUC CI above 0.5: " + (", ".join(above) if above else "none")
-               + ("; not above 0.5: " + ", ".join(not_above) if not_above else "") + ".")
+    paras.append(_pu_effect_text(results))
     ref_text = []
     for name, ref in references.items():
         auc = ref["pooled"]["metrics"]["auc"]
         ref_text.append(f"{name} (AUC {_f(auc['value'])}: {REFERENCE_NOTES.get(name, '')})")
+    above = [m for m, r in results.items() if r["pooled"]["metrics"]["auc"]["ci_low"] > 0.5]
     paras.append("**Reference lines** on the same subjects and folds: " + "; ".join(ref_text)
-                 + ". " + verdict)
+                 + ". AUC CI above 0.5: " + (", ".join(above) if above else "none") + ".")
     paras.append(_coincidence_text(results))
     all_positive = [m for m, r in results.items()
                     if r["pooled"]["metrics"]["specificity"]["value"] == 0.0]
     if all_positive:
         paras.append("**Threshold.** " + ", ".join(all_positive) + " called every scored "
                      "subject with a negative truth positive (specificity 0 at logit 0): the "
-                     "class prior is high when most training subjects are labelled positives "
-                     "(see \"Cohort\"); the AUC does not depend on the threshold.")
+                     "threshold follows the class prior it was given (see \"Cohort\"); the "
+                     "AUC does not depend on the threshold.")
     return paras
+
+
+def _pu_effect_text(results: dict[str, dict[str, Any]]) -> str:
+    """Naive against the PU methods on the hidden positives, in numbers."""
+    parts = []
+    for method, r in results.items():
+        m = r["pooled"]["metrics"]
+        if "hidden_positive_recall" not in m:
+            continue
+        parts.append(f"{method} {_f(m['hidden_positive_recall']['value'])} "
+                     f"[{_f(m['hidden_positive_recall']['ci_low'])}, "
+                     f"{_f(m['hidden_positive_recall']['ci_high'])}]")
+    if not parts:
+        return "**The PU effect.** Not measured: the predictions carry no PU labels."
+    text = "**The PU effect.** Hidden-positive recall: " + "; ".join(parts) + "."
+    naive = results.get("naive", {}).get("pooled", {}).get("metrics", {})
+    if "hidden_positive_recall" in naive:
+        better = [m for m, r in results.items() if m != "naive"
+                  and r["pooled"]["metrics"]["hidden_positive_recall"]["ci_low"]
+                  > naive["hidden_positive_recall"]["ci_high"]]
+        text += (" Above naive training with CIs that do not overlap: "
+                 + (", ".join(better) if better else "none") + ". Whether a method also "
+                 "gains accuracy depends on how many unlabelled negatives it calls positive "
+                 "on the way (specificity); the paired differences over seeds are in "
+                 "`benchmarks/demo_seeds.py`.")
+    return text
 
 
 def _coincidence_text(results: dict[str, dict[str, Any]]) -> str:
@@ -133,38 +169,56 @@ def _coincidence_text(results: dict[str, dict[str, Any]]) -> str:
     return "**Coinciding methods.** " + " ".join(parts)
 
 
+#: The demo table's columns: accuracy (the paper's number) first, then the rest.
+TABLE_METRICS = ("accuracy", "auc", "balanced_accuracy", "hidden_positive_recall",
+                 "hidden_auc", "sensitivity", "specificity")
+COLUMN_NAMES = {"auc": "AUC", "balanced_accuracy": "balanced accuracy",
+                "hidden_positive_recall": "hidden-positive recall", "hidden_auc": "hidden AUC"}
+
+
 def render_report(settings: Any, results: dict[str, dict[str, Any]],
                   references: dict[str, dict[str, Any]], times: dict[str, float],
                   prep_note: str, priors: list[tuple[float, str]], counts: str) -> str:
     """The whole ``report.md``."""
-    from adni_pu.workflows.evaluate import METRICS
-
-    order = ("auc",) + tuple(m for m in METRICS if m != "auc")
+    order = [m for m in TABLE_METRICS
+             if m in next(iter(results.values()))["pooled"]["metrics"]]
+    first = next(iter(results.values()))["pooled"]["metrics"]
     lines = ["# adni-pu demo", "",
              f"Synthetic ADNI-like cohort of {settings.subjects} subjects (seed "
              f"{settings.seed}), preprocessing: **{settings.preprocessing}**, "
              f"{settings.folds}-fold cross-validation, {settings.epochs} epochs per run.", "",
-             "## Results: amyloid status of the held-out subjects, all folds pooled", "",
+             "## Results: the paper's positive class on the held-out subjects, all folds "
+             "pooled", "",
              f"Point estimate [95 % CI, percentile bootstrap over subjects, "
              f"{settings.bootstrap} resamples]. Validation AUC: the mean over folds of the "
              "selected model's AUC on its fold's validation split (what chose it).", "",
-             "| method | " + " | ".join("AUC" if m == "auc" else m.replace("_", " ")
-                                        for m in order)
+             "| method | " + " | ".join(COLUMN_NAMES.get(m, m) for m in order)
              + " | validation AUC | seconds |",
              "|---|" + "---|" * (len(order) + 2)]
     for method, r in results.items():
         cells = [_ci(r["pooled"]["metrics"][m]) for m in order]
         lines.append(f"| {method} | " + " | ".join(cells)
                      + f" | {_f(r['val_auc'])} | {r['seconds']:.0f} |")
+    for name, key in (("call everyone negative", "all_negative_accuracy"),
+                      ("call everyone positive", "all_positive_accuracy")):
+        if key in first:
+            cells = [_ci(first[key])] + ["-"] * (len(order) - 1)
+            lines.append(f"| *reference: {name}* | " + " | ".join(cells) + " | - | - |")
     for name, ref in references.items():
-        cells = [_ci(ref["pooled"]["metrics"]["auc"])] + ["-"] * (len(order) - 1)
+        metrics = ref["pooled"]["metrics"]
+        cells = [_ci(metrics[m]) if m in ("auc", "hidden_auc") and m in metrics else "-"
+                 for m in order]
         lines.append(f"| *reference: {name}* | " + " | ".join(cells) + " | - | - |")
     lines += ["", "![ROC](roc.png)", ""]
     for para in explanation(settings, results, references):
         lines += [para, ""]
     prior_lines = [f"fold {k + 1}: {note}" for k, (_, note) in enumerate(priors)]
     lines += ["## Cohort", "", f"Preprocessing: {prep_note}.", "",
-              "Class prior used per fold: " + "; ".join(prior_lines) + ".", "",
+              "Class prior given to uPU, nnPU and Self-PU per fold: " + "; ".join(prior_lines)
+              + ". PU risks need the prior of the positive class; here it is the positive "
+              "share of the fold's training subjects with a truth (in a study of your own, "
+              "a published prevalence or a PET subsample gives it). Naive training uses no "
+              "prior.", "",
               "Subjects of fold 1 (the other folds are alike; `all` is the whole cohort):", "",
               "```\n" + counts + "\n```", "",
               "Manifests: `cohort/folds/fold<k>/manifest.csv`; labels and the cohort report: "

@@ -17,11 +17,18 @@ import numpy as np
 
 from adni_pu.errors import VolumeRunError
 from adni_pu.fileio import atomic_write_text, sha256_file
-from adni_pu.pu.metrics import format_ci, logit, sigmoid
+from adni_pu.pu.metrics import PU_METRICS, format_ci, logit, sigmoid
 from adni_pu.pu.plots import roc_plot
 from adni_pu.workflows.train import _manifest_path, _read_manifest, load_run, score_dataset
 
 METRICS = ("accuracy", "balanced_accuracy", "auc", "sensitivity", "specificity")
+METRIC_NAMES = {"auc": "AUC", "hidden_positive_recall": "hidden-positive recall",
+                "hidden_auc": "hidden AUC (hidden positives vs unlabelled negatives)",
+                "all_negative_accuracy": "reference: all-negative accuracy",
+                "all_positive_accuracy": "reference: all-positive accuracy"}
+#: What a report shows: accuracy (the paper's number) first, then the PU task's metrics
+#: (hidden-positive recall and AUC, the all-negative and all-positive accuracies).
+REPORT_METRICS = METRICS + PU_METRICS
 
 
 def evaluate_run(run_dir: str | Path, split: str = "test", manifest: str | Path | None = None,
@@ -63,12 +70,14 @@ def evaluate_run(run_dir: str | Path, split: str = "test", manifest: str | Path 
     dataset = build_volume_dataset(frame, split, cfg.data, train=False, base_dir=mpath.parent)
     logits = score_dataset(model, dataset, max(cfg.train.batch_size, 2))
     truth = pd.to_numeric(rows["truth"], errors="coerce").astype(float).to_numpy()
+    pu_label = pd.to_numeric(rows["pu_label"], errors="coerce").fillna(0).astype(int).to_numpy()
     scans = pd.DataFrame({"subject_id": rows["subject_id"], "session_id": rows["session_id"],
-                          "scan_path": rows["scan_path"], "truth": truth, "logit": logits,
+                          "scan_path": rows["scan_path"], "pu_label": pu_label, "truth": truth,
+                          "logit": logits,
                           "probability": sigmoid(np.asarray(logits, dtype=np.float64))})
     subjects = scans.groupby("subject_id", sort=True).agg(
         n_scans=("probability", "size"), probability=("probability", "mean"),
-        truth=("truth", "first")).reset_index()
+        pu_label=("pu_label", "max"), truth=("truth", "first")).reset_index()
     subjects["logit"] = logit(subjects["probability"])
     boots = cfg.bootstrap if n_boot is None else n_boot
     known_sub = subjects["truth"].notna()
@@ -81,10 +90,14 @@ def evaluate_run(run_dir: str | Path, split: str = "test", manifest: str | Path 
         "n_subjects_unknown_truth": int((~known_sub).sum()),
         "n_scans_unknown_truth": int(scans["truth"].isna().sum()),
         "bootstrap": {"resamples": boots, "level": 0.95, "unit": "subject"},
-        "scan_level": bootstrap_ci(scans["logit"].to_numpy(), truth, METRICS, n_boot=boots,
-                                   groups=scans["subject_id"].to_numpy()),
+        "scan_level": bootstrap_ci(scans["logit"].to_numpy(), truth, REPORT_METRICS,
+                                   n_boot=boots, groups=scans["subject_id"].to_numpy(),
+                                   pu_label=pu_label),
         "subject_level": bootstrap_ci(subjects["logit"].to_numpy(),
-                                      subjects["truth"].to_numpy(), METRICS, n_boot=boots),
+                                      subjects["truth"].to_numpy(), REPORT_METRICS,
+                                      n_boot=boots, pu_label=subjects["pu_label"].to_numpy()),
+        "n_hidden_positive_subjects": int(((subjects["pu_label"] == 0)
+                                           & (subjects["truth"] == 1)).sum()),
     }
     result["nn_correction"] = run_nn_correction(run_dir)
     out = run_dir / "evaluation" / split
@@ -146,9 +159,18 @@ def metrics_markdown(result: dict[str, Any]) -> str:
              f"({result['n_scans_unknown_truth']} scans) left out for unknown truth.", "",
              "95 % CIs: percentile bootstrap over subjects "
              f"({result['bootstrap']['resamples']} resamples).", "",
+             f"Truth: the positive class of the cohort's preset; "
+             f"{result.get('n_hidden_positive_subjects', 'n/a')} scored subject(s) are hidden "
+             "positives (unlabelled, positive by the truth). Hidden-positive recall: their "
+             "share called positive; hidden AUC: the hidden positives ranked against the "
+             "unlabelled negatives; all-negative / all-positive accuracy: what calling every "
+             "subject negative / positive scores (the reference lines of accuracy).", "",
              "| metric | per scan | per subject (mean probability) |", "|---|---|---|"]
-    for m in METRICS:
-        lines.append(f"| {m.replace('_', ' ')} | {format_ci(result['scan_level'][m])} | "
+    for m in REPORT_METRICS:
+        if m not in result["scan_level"]:
+            continue
+        lines.append(f"| {METRIC_NAMES.get(m, m.replace('_', ' '))} | "
+                     f"{format_ci(result['scan_level'][m])} | "
                      f"{format_ci(result['subject_level'][m])} |")
     lines += ["", "![ROC](roc.png)", ""]
     if "nn_correction" in result:
