@@ -1,20 +1,21 @@
-"""``adni-pu demo`` over several seeds: wall time and every method's pooled AUC with its CI.
+"""``adni-pu demo`` over several seeds: wall time and every method's pooled metrics with CIs.
 
 Each seed is a fresh cohort (the generator's seed), fresh folds and fresh training::
 
     # one demo per seed, timed (each writes runs/demo-seed<N>/, as the README's command)
     for s in 0 1 2; do /usr/bin/time -v adni-pu demo --out runs/demo-seed$s --seed $s \\
         2> runs/demo-seed$s.time; done
-    # the table: benchmarks/results/demo-seeds.md and .json
+    # the tables: benchmarks/results/demo-seeds.md and .json
     python benchmarks/demo_seeds.py --runs runs/demo-seed0 runs/demo-seed1 runs/demo-seed2
 
-The table gives, per seed, each method's and each reference line's AUC [95 % CI] on the
-pooled held-out subjects, the wall time (``/usr/bin/time``'s elapsed time when the
-``.time`` file beside the run folder has it, else the demo's own total), the mean (std)
-over seeds, and the paired difference of AUC (Self-PU minus nnPU, nnPU minus naive, nnPU
-minus uPU, Self-PU minus naive, and the CNN methods minus the logistic-regression
-reference) with a paired bootstrap CI over the seeds and the subjects within each seed.
-Over more seeds (``--name demo-benchmark``) the same table is the synthetic benchmark.
+Per seed and method, on the pooled held-out subjects: accuracy (the paper's number; the
+all-negative and all-positive accuracies are its reference lines), hidden-positive recall
+(the share of the unlabelled set's true positives called positive) and AUC, each [95 % CI];
+the wall time (``/usr/bin/time``'s elapsed time when the ``.time`` file beside the run
+folder has it, else the demo's own total); the mean (std) over seeds; and paired
+differences (nnPU minus naive, Self-PU minus nnPU, nnPU minus uPU, Self-PU minus naive, and
+the CNN methods minus the logistic-regression reference for AUC) with a paired bootstrap CI
+over the seeds and the subjects within each seed.
 """
 
 from __future__ import annotations
@@ -31,9 +32,17 @@ sys.path.insert(0, str(REPO))
 # Paired differences reported: the issue's two, then the rest of the method ladder and the
 # CNN against the logistic-regression reference (same subjects, same folds).
 LOGISTIC = "logistic regression on 2 volumes"
-PAIRS: tuple[tuple[str, str], ...] = (("selfpu", "nnpu"), ("nnpu", "naive"), ("nnpu", "upu"),
+PAIRS: tuple[tuple[str, str], ...] = (("nnpu", "naive"), ("selfpu", "nnpu"), ("nnpu", "upu"),
                                       ("selfpu", "naive"), ("selfpu", LOGISTIC),
                                       ("nnpu", LOGISTIC))
+#: The tables per seed, in order: the metric and its heading.
+TABLES: tuple[tuple[str, str], ...] = (
+    ("accuracy", "Accuracy (the paper's number)"),
+    ("hidden_positive_recall", "Hidden-positive recall (share of the unlabelled set's true "
+                               "positives called positive)"),
+    ("auc", "AUC"))
+REFERENCE_ACCURACY = (("call everyone negative", "all_negative_accuracy"),
+                      ("call everyone positive", "all_positive_accuracy"))
 
 
 def _ci(entry: dict) -> str:
@@ -58,19 +67,43 @@ def _predictions(record: dict, name: str) -> list[dict]:
     return source[name]["predictions"]
 
 
-def _mean_row(summary: list[dict], methods: list[str], refs: list[str]) -> str:
-    """The table's last row: mean (std) over seeds of each AUC, and of the wall time."""
+def _mean_cell(values: list[float]) -> str:
     from adni_pu.pu.metrics import summarise
 
-    def cell(values: list[float]) -> str:
-        d = summarise(values)
-        return f"{d['mean']:.3f} ({d['std']:.3f})"
+    d = summarise(values)
+    return f"{d['mean']:.3f} ({d['std']:.3f})" if d["n"] else "-"
 
-    wall = summarise([s["wall_s"] / 60 for s in summary])["mean"]
-    cells = [cell([s["auc"][m]["value"] for s in summary]) for m in methods]
-    cells += [cell([s["references"][r]["value"] for s in summary]) for r in refs]
-    return (f"| mean (std) | {wall:.1f} min | {sum(s['n_scored'] for s in summary)} "
-            "in all | " + " | ".join(cells) + " |")
+
+def seed_table(records: dict, metric: str, methods: list[str], refs: list[str]) -> list[str]:
+    """One table: a row per seed with each method's ``metric`` [CI], then mean (std).
+
+    Accuracy gets the all-negative and all-positive reference columns; AUC and hidden AUC
+    get the reference lines (the logistic regression, the generator's truth)."""
+    extra = ([name for name, _ in REFERENCE_ACCURACY] if metric == "accuracy"
+             else refs if metric in ("auc", "hidden_auc") else [])
+    rows = ["| seed | scored (positive, hidden) | " + " | ".join(methods)
+            + "".join(f" | *{r}*" for r in extra) + " |",
+            "|---|---|" + "---|" * (len(methods) + len(extra))]
+    values: dict[str, list[float]] = {c: [] for c in [*methods, *extra]}
+    for rec in records.values():
+        first = rec["results"][methods[0]]["pooled"]
+        cells = []
+        for m in methods:
+            entry = rec["results"][m]["pooled"]["metrics"].get(metric)
+            cells.append(_ci(entry) if entry else "-")
+            values[m].append(entry["value"] if entry else float("nan"))
+        for name in extra:
+            if metric == "accuracy":
+                entry = first["metrics"].get(dict(REFERENCE_ACCURACY)[name])
+            else:
+                entry = rec["references"][name]["pooled"]["metrics"].get(metric)
+            cells.append(_ci(entry) if entry else "-")
+            values[name].append(entry["value"] if entry else float("nan"))
+        rows.append(f"| {rec['settings']['seed']} | {first['n_scored']} ({first['n_positive']}, "
+                    f"{first.get('n_hidden', '?')}) | " + " | ".join(cells) + " |")
+    rows.append("| mean (std) | | " + " | ".join(_mean_cell(values[c]) for c in values)
+                + " |")
+    return rows
 
 
 def main() -> None:
@@ -90,52 +123,52 @@ def main() -> None:
     records = {run: json.loads((run / "demo.json").read_text()) for run in args.runs}
     methods = list(next(iter(records.values()))["results"])
     refs = list(next(iter(records.values()))["references"])
-    rows = ["| seed | wall time | scored (positive) | " + " | ".join(methods)
-            + " | " + " | ".join(f"*{r}*" for r in refs) + " |",
-            "|---|---|---|" + "---|" * (len(methods) + len(refs))]
     summary = []
     for run, rec in records.items():
-        seed = rec["settings"]["seed"]
         wall, source = _wall(run, rec)
         first = rec["results"][methods[0]]["pooled"]
-        cells = [_ci(rec["results"][m]["pooled"]["metrics"]["auc"]) for m in methods]
-        cells += [_ci(rec["references"][r]["pooled"]["metrics"]["auc"]) for r in refs]
-        rows.append(f"| {seed} | {wall / 60:.1f} min | {first['n_scored']} "
-                    f"({first['n_positive']}) | " + " | ".join(cells) + " |")
-        summary.append({"run": str(run), "seed": seed, "wall_s": round(wall, 1),
-                        "n_scored": first["n_scored"],
+        summary.append({"run": str(run), "seed": rec["settings"]["seed"],
+                        "wall_s": round(wall, 1), "n_scored": first["n_scored"],
+                        "n_positive": first["n_positive"], "n_hidden": first.get("n_hidden"),
                         "wall_source": source, "times_s": rec["times_s"],
-                        "auc": {m: rec["results"][m]["pooled"]["metrics"]["auc"]
-                                for m in methods},
+                        **{metric: {m: rec["results"][m]["pooled"]["metrics"].get(metric)
+                                    for m in methods} for metric, _ in TABLES},
                         "references": {r: rec["references"][r]["pooled"]["metrics"]["auc"]
                                        for r in refs},
+                        "reference_accuracy": {
+                            name: first["metrics"].get(key) for name, key in REFERENCE_ACCURACY},
                         "nn_correction": {m: rec["results"][m]["nn_correction"]
                                           for m in methods}})
-    above = {m: sum(s["auc"][m]["ci_low"] > 0.5 for s in summary) for m in methods}
-    rows.append(_mean_row(summary, methods, refs))
     paired = []
     for a, b in PAIRS:
         if not {a, b} <= set(methods) | set(refs):
             continue
         frames = {m: pd.concat([pd.DataFrame(_predictions(rec, m)).assign(
             seed=rec["settings"]["seed"]) for rec in records.values()]) for m in (a, b)}
-        d = paired_difference(frames[a], frames[b])
-        paired.append({"pair": f"{a} - {b}", **d})
+        metrics = ["auc"] if b == LOGISTIC else ["accuracy", "hidden_positive_recall", "auc"]
+        for metric in metrics:
+            d = paired_difference(frames[a], frames[b], metric=metric)
+            paired.append({"pair": f"{a} - {b}", **d})
+    walls = ", ".join(f"seed {s['seed']} {s['wall_s'] / 60:.1f} min" for s in summary)
     lines = [f"# adni-pu demo over {len(summary)} seed(s)", "",
-             "Every method's AUC [95 % CI, percentile bootstrap over subjects] on the pooled "
-             "held-out subjects of the seed's cross-validation; reference lines in italics. "
-             "Command per seed: `adni-pu demo --out runs/demo-seed<N> --seed <N>` (the README's "
-             "command with a seed)." + (f" Load average while measuring: {args.load}."
-                                        if args.load else ""), "", *rows, "",
-             "Seeds whose AUC CI lies above 0.5: "
-             + ", ".join(f"{m} {above[m]} of {len(summary)}" for m in methods) + ".", "",
-             "Paired difference of AUC, 95 % CI from a paired bootstrap over the seeds and "
-             "the subjects within each seed (1000 resamples):", "",
-             "| difference | AUC difference [95 % CI] | share of resamples > 0 | subject-seeds |",
-             "|---|---|---|---|"]
+             "Every method's metric [95 % CI, percentile bootstrap over subjects] on the pooled "
+             "held-out subjects of the seed's cross-validation, scored against the paper's "
+             "positive class (`paper` preset); reference lines in italics. Command per seed: "
+             "`adni-pu demo --out runs/demo-seed<N> --seed <N>` (the README's command with a "
+             f"seed). Wall time: {walls}." + (f" Load average while measuring: {args.load}."
+                                              if args.load else ""), ""]
+    for metric, heading in TABLES:
+        lines += [f"## {heading}", "", *seed_table(records, metric, methods, refs), ""]
+    lines += ["## Paired differences", "",
+              "Mean over seeds of each seed's difference on the same subjects; 95 % CI from a "
+              "paired bootstrap over the seeds and the subjects within each seed (1000 "
+              "resamples):", "",
+              "| difference | metric | value [95 % CI] | share of resamples > 0 | "
+              "subject-seeds |", "|---|---|---|---|---|"]
     for d in paired:
-        lines.append(f"| {d['pair']} | {d['value']:+.3f} [{d['ci_low']:+.3f}, "
-                     f"{d['ci_high']:+.3f}] | {d['share_a_better']:.2f} | {d['n_subjects']} |")
+        lines.append(f"| {d['pair']} | {d['metric'].replace('_', ' ')} | {d['value']:+.3f} "
+                     f"[{d['ci_low']:+.3f}, {d['ci_high']:+.3f}] | {d['share_a_better']:.2f} | "
+                     f"{d['n_subjects']} |")
     lines += ["", "From `python benchmarks/demo_seeds.py --runs "
               + " ".join(str(r) for r in args.runs) + "`.", ""]
     out = args.out_dir

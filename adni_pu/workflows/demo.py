@@ -224,7 +224,7 @@ def demo_prior(manifest_frame: Any) -> tuple[dict[str, Any], str, float]:
     prior, _, _ = cohort_prior(frame)
     train_rows = frame[frame["split"] == "train"]
     labelled_fraction = float((train_rows["pu_label"] == 1).mean())
-    note = f"{prior:.3f} (cohort: amyloid-positive fraction of training subjects with truth)"
+    note = f"{prior:.3f} (cohort: positive fraction of the training subjects with a truth)"
     if prior > labelled_fraction + 0.02:
         return {}, note, prior
     prior = min(labelled_fraction + 0.05, 0.95)

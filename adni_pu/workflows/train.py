@@ -65,7 +65,7 @@ class VolumeTrainConfig:
     preset: str = "selfpu"
     """Training preset (``adni-pu presets``): naive, upu, nnpu, selfpu or an ablation row."""
     prior: float | str = "cohort"
-    """Class prior: a number, or "cohort" for the amyloid-positive fraction among the
+    """Class prior: a number, or "cohort" for the positive fraction (by the truth) among the
     training subjects with known truth."""
     scheme: str = "censoring"
     """PU scheme: "censoring" (U = unlabelled subjects, right for ADNI) or "case-control"."""
@@ -297,7 +297,7 @@ def build_pu_data(frame: Any, base: Path, cfg: VolumeTrainConfig) -> tuple[Any, 
     prior_info: dict[str, Any] = {}
     if cfg.prior == "cohort":
         prior, n_known, n_unknown = cohort_prior(frame)
-        prior_info = {"prior": prior, "source": "cohort: amyloid-positive fraction of the "
+        prior_info = {"prior": prior, "source": "cohort: positive fraction (by the truth) of the "
                       "training subjects with known truth", "subjects_with_truth": n_known,
                       "subjects_without_truth": n_unknown}
     else:
