@@ -145,7 +145,8 @@ def main() -> None:
             continue
         frames = {m: pd.concat([pd.DataFrame(_predictions(rec, m)).assign(
             seed=rec["settings"]["seed"]) for rec in records.values()]) for m in (a, b)}
-        metrics = ["auc"] if b == LOGISTIC else ["accuracy", "hidden_positive_recall", "auc"]
+        metrics = (["auc"] if b == LOGISTIC else ["accuracy", "auc"]
+                   + (["hidden_positive_recall"] if "pu_label" in frames[a] else []))
         for metric in metrics:
             d = paired_difference(frames[a], frames[b], metric=metric)
             paired.append({"pair": f"{a} - {b}", **d})

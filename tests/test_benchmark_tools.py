@@ -227,14 +227,19 @@ def test_demo_seeds_table_has_mean_row_and_paired_rows_with_the_reference(
     table = (tmp_path / "t.md").read_text()
     record = json.loads((tmp_path / "t.json").read_text())
     assert [s["wall_s"] for s in record["seeds"]] == [510.0, 120.0]  # /usr/bin/time, then total
-    assert "| mean (std) | 5.2 min | 16 in all | 0.750 (0.000) |" in table
-    pairs = {d["pair"]: d for d in record["paired"]}
-    assert list(pairs) == ["selfpu - nnpu", "nnpu - naive", "nnpu - upu", "selfpu - naive",
-                           "selfpu - logistic regression on 2 volumes",
-                           "nnpu - logistic regression on 2 volumes"]
-    assert pairs["selfpu - nnpu"]["value"] == 0.0
-    assert pairs["nnpu - naive"]["value"] == pytest.approx(0.25)
-    assert pairs["selfpu - logistic regression on 2 volumes"]["n_subjects"] == 16
+    assert "Wall time: seed 0 8.5 min, seed 1 2.0 min." in table
+    # the AUC table: a row per seed, then the mean (std) of methods and reference lines
+    assert ("| mean (std) | | 0.750 (0.000) | 0.750 (0.000) | 1.000 (0.000) | 1.000 (0.000) "
+            "| 0.750 (0.000) |") in table
+    pairs = {(d["pair"], d["metric"]): d for d in record["paired"]}
+    assert list(dict.fromkeys(p for p, _ in pairs)) == [
+        "nnpu - naive", "selfpu - nnpu", "nnpu - upu", "selfpu - naive",
+        "selfpu - logistic regression on 2 volumes", "nnpu - logistic regression on 2 volumes"]
+    # without PU labels in the predictions there is no hidden-positive recall to pair
+    assert {m for _, m in pairs} == {"accuracy", "auc"}
+    assert pairs[("selfpu - nnpu", "auc")]["value"] == 0.0
+    assert pairs[("nnpu - naive", "auc")]["value"] == pytest.approx(0.25)
+    assert pairs[("selfpu - logistic regression on 2 volumes", "auc")]["n_subjects"] == 16
 
 
 def _record(rows_risk: list[tuple[int, str, float]], pools: dict[int, list[str]]):

@@ -52,6 +52,7 @@ def test_evaluate_prints_table_with_cis(app, trained):
                                       "--bootstrap", "100"])
     assert result.exit_code == 0, result.output
     assert "balanced_accuracy" in result.output and "[" in result.output
+    assert "hidden_positive_recall" in result.output and "hidden positives scored:" in result.output
     assert "nnPU correction: The non-negative correction fired in " in result.output
     metrics = json.loads((trained["run"] / "evaluation" / "test" / "metrics.json").read_text())
     assert metrics["n_subjects_unknown_truth"] == 1

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 import pandas as pd
+import pytest
 from typer.testing import CliRunner
 
 from adni_pu.cli.app import app
@@ -18,7 +19,11 @@ from adni_pu.cli.app import app
 
 def test_reduced_demo_runs_end_to_end_and_resumes(tmp_path):
     out = tmp_path / "demo"
+    # ADNI's composition labels about 14 % of subjects (the AD patients): a 12-subject cohort
+    # takes a CN/AD-heavy mix (``--set synth.*`` changes the generator) so that every
+    # fold's training and validation splits hold labelled positives
     args = ["demo", "--subjects", "12", "--out", str(out), "--epochs", "2", "--folds", "2",
+            "--set", "synth.dx_proportions=[0.4, 0.05, 0.05, 0.1, 0.4]",
             "--methods", "naive,nnpu,selfpu", "--threads", "1", "--workers", "2"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
@@ -84,6 +89,27 @@ def test_demo_refuses_an_unknown_method_before_any_work(tmp_path):
                                       "--out", str(tmp_path / "d")])
     assert result.exit_code == 2 and "selfpuu" in result.output
     assert not (tmp_path / "d").exists()
+
+
+def test_demo_refuses_a_bad_generator_setting_before_any_work(tmp_path):
+    result = CliRunner().invoke(app, ["demo", "--set", "synth.dx_proportions=[0.5, 0.5]",
+                                      "--out", str(tmp_path / "d")])
+    assert result.exit_code == 2 and "dx_proportions" in result.output
+    assert not (tmp_path / "d").exists()
+
+
+def test_folds_without_a_labelled_positive_are_refused_before_training(tmp_path):
+    from adni_pu.errors import ConfigError
+    from adni_pu.workflows.demo import check_folds
+
+    frame = pd.DataFrame({"subject_id": ["a", "b", "c", "d"], "pu_label": [1, 0, 0, 0],
+                          "split": ["train", "val", "test", "train"]})
+    path = tmp_path / "fold0" / "manifest.csv"
+    path.parent.mkdir()
+    frame.assign(session_id="bl", scan_path="x", truth=1, fold=0).to_csv(path, index=False)
+    with pytest.raises(ConfigError, match="fold 1's val split has no labelled positive .the "
+                                          "cohort has 1 labelled positives"):
+        check_folds([path])
 
 
 def test_demo_refuses_a_cohort_too_small_to_split(tmp_path):

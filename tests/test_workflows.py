@@ -84,9 +84,20 @@ def test_evaluate_reports_bootstrap_cis_and_counts(runs):
     for name in ("metrics.json", "predictions_scans.csv", "predictions_subjects.csv",
                  "roc.png", "report.md"):
         assert (out / name).is_file(), name
-    assert len(pd.read_csv(out / "predictions_subjects.csv")) == 5
+    subjects = pd.read_csv(out / "predictions_subjects.csv")
+    assert len(subjects) == 5
+    # the PU task's numbers, recomputed by hand from the per-subject predictions
+    known = subjects[subjects["truth"].notna()]
+    hidden = known[(known["pu_label"] == 0) & (known["truth"] == 1)]
+    assert result["n_hidden_positive_subjects"] == len(hidden)
+    recall = result["subject_level"]["hidden_positive_recall"]["value"]
+    if len(hidden):
+        assert recall == pytest.approx((hidden["logit"] > 0).mean())
+    assert result["subject_level"]["all_negative_accuracy"]["value"] == pytest.approx(
+        (known["truth"] == 0).mean())
     report = (out / "report.md").read_text()
-    assert "balanced accuracy" in report
+    assert "balanced accuracy" in report and "hidden-positive recall" in report
+    assert "reference: all-negative accuracy" in report
     assert "## nnPU correction\n\nNot applicable: this run's loss has no non-negative" in report
     assert result["nn_correction"] is None
 

@@ -22,17 +22,20 @@ def evaluate(
         show_default="the run's setting, 1000", help="bootstrap resamples")] = None,
     device: Device = "auto",
 ) -> None:
-    """Accuracy, balanced accuracy, AUC, sensitivity, specificity with 95 % CIs; ROC plot."""
+    """Accuracy, balanced accuracy, AUC, sensitivity, specificity, hidden-positive recall and
+    AUC, and the all-negative / all-positive accuracies, with 95 % CIs; ROC plot."""
     from adni_pu.pu.metrics import format_ci
-    from adni_pu.workflows.evaluate import METRICS, evaluate_run
+    from adni_pu.workflows.evaluate import REPORT_METRICS, evaluate_run
 
     result = evaluate_run(run, split, manifest, device=device, n_boot=bootstrap)
     typer.echo(f"{split}: {result['n_subjects']} subjects, {result['n_scans']} scans "
                f"({result['n_subjects_unknown_truth']} subjects without truth left out)")
-    typer.echo(f"{'metric':20s} {'per scan':28s} per subject")
-    for m in METRICS:
-        typer.echo(f"{m:20s} {format_ci(result['scan_level'][m]):28s} "
+    typer.echo(f"{'metric':24s} {'per scan':28s} per subject")
+    for m in REPORT_METRICS:
+        typer.echo(f"{m:24s} {format_ci(result['scan_level'][m]):28s} "
                    f"{format_ci(result['subject_level'][m])}")
+    typer.echo(f"hidden positives scored: {result['n_hidden_positive_subjects']} subject(s) "
+               "(unlabelled, positive by the truth)")
     from adni_pu.pu.recorders import nn_correction_text
 
     if result["nn_correction"] != {"recorded": False}:

@@ -96,6 +96,19 @@ class DemoSettings:
                              f"{self.preprocessing!r}")
         from adni_pu.pu.config import TRAINING_PRESETS
 
+        # ``synth.KEY=VALUE`` overrides change the generator (e.g. its diagnosis mix); the
+        # rest go to training. A bad generator setting is refused here, before any work.
+        training = []
+        for text in self.overrides:
+            path, value = cfgmod.parse_override(text)
+            if path[0] == "synth" and len(path) == 2:
+                self.synth = {**self.synth, path[1]: value}
+            else:
+                training.append(text)
+        self.overrides = tuple(training)
+        from adni_pu.synth import SynthConfig
+
+        cfgmod.from_dict(SynthConfig, self.synth, where="demo synth settings")
         unknown = [m for m in self.methods if m not in TRAINING_PRESETS]
         if not self.methods or unknown:
             raise ConfigError(f"methods: expected training presets from {sorted(TRAINING_PRESETS)}, "
@@ -209,6 +222,24 @@ def cohort_stage(out: Path, synth_dir: Path, summary_path: Path, split_seed: int
     cohort = build_cohort(synth_dir / "clinical" / "ADNIMERGE.csv", summary_path, cohort_cfg)
     paths = write_cohort(cohort, out)
     return cohort, Path(paths["manifest"])
+
+
+def check_folds(fold_paths: list[Path]) -> None:
+    """Refuse, before any training, folds whose training or validation split has no
+    labelled positive (PU training needs both): a cohort with too few diagnosed patients
+    for the number of folds."""
+    from adni_pu.cohort import read_manifest
+
+    for k, path in enumerate(fold_paths):
+        frame = read_manifest(path)
+        for split in ("train", "val"):
+            rows = frame[frame["split"].astype(str) == split]
+            if not (rows["pu_label"] == 1).any():
+                total = int(frame.groupby("subject_id")["pu_label"].max().sum())
+                raise ConfigError(
+                    f"{path}: fold {k + 1}'s {split} split has no labelled positive (the "
+                    f"cohort has {total} labelled positives, the diagnosed patients, for "
+                    f"{len(fold_paths)} folds); use more --subjects or fewer --folds")
 
 
 def demo_prior(manifest_frame: Any) -> tuple[dict[str, Any], str, float]:
@@ -364,6 +395,7 @@ def run_demo(settings: DemoSettings, log: Callable[[str], None] = print) -> Path
     cohort, manifest = cohort_stage(out / "cohort", synth_dir, summary_path, settings.seed, log)
     fold_paths = fold_manifests(read_manifest(manifest), settings.folds, settings.seed,
                                 out / "cohort" / "folds")
+    check_folds(fold_paths)
     times["cohort"] = time.perf_counter() - tic
 
     tic = time.perf_counter()
