@@ -42,10 +42,10 @@ from adni_pu.fileio import atomic_write_text  # noqa: E402 - light; after the pa
 
 RESULTS = REPO / "benchmarks" / "results" / "paper-scale"
 METHODS = ("naive", "upu", "nnpu", "selfpu")
-#: The paper's ADNI testbed (Chen et al., ICML 2020, Table 2): 822 train, 113 test.
+#: The paper's ADNI testbed (Chen et al., ICML 2020): 822 train, 113 test subjects.
 SUBJECTS, TEST_SUBJECTS = 935, 113
 VAL_FRACTION = 0.15
-#: The paper's ADNI accuracies (%), its Table 3.
+#: The paper's ADNI accuracies (%), test-selected on its private split.
 PAPER = {"naive": 73.27, "upu": 73.45, "nnpu": 75.96, "selfpu": 79.50}
 PAIRS: tuple[tuple[str, str], ...] = (("nnpu", "naive"), ("selfpu", "nnpu"), ("nnpu", "upu"),
                                       ("selfpu", "naive"))
@@ -174,9 +174,10 @@ def table(args: argparse.Namespace) -> None:
     results = load_results(args.results)
     if not results:
         raise SystemExit(f"no results files in {args.results}")
-    head = ["method", "seeds", *("AUC" if m == "auc" else m.replace("_", " ")
-                                 for m in TABLE_METRICS), "paper accuracy", "minutes per run",
-            "machine"]
+    names = {"auc": "AUC", "hidden_auc": "hidden AUC",
+             "hidden_positive_recall": "hidden-positive recall"}
+    head = ["method", "seeds", *(names.get(m, m.replace("_", " ")) for m in TABLE_METRICS),
+            "paper accuracy", "minutes per run", "machine"]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     summary = {}
     for method, recs in results.items():
@@ -202,10 +203,11 @@ def table(args: argparse.Namespace) -> None:
     train = first["cohort"]["splits"]["train"]
     lines = [
         "# The paper's ADNI testbed at its scale (synthetic cohort)", "",
-        f"{first['cohort']['subjects']} synthetic subjects (cohort seed "
-        f"{first['cohort']['cohort_seed']}; {first['data']}), labels by the `paper` preset; per "
-        f"seed {test['subjects']} held out, the rest trained on ({train['subjects']}) and "
-        "validated on. Seed 0's training split: "
+        f"{first['cohort']['subjects']} subjects, cohort seed "
+        f"{first['cohort']['cohort_seed']}: {first['data']}; labels by the `paper` preset; per "
+        f"seed {test['subjects']} held out, {train['subjects']} trained on and the rest "
+        f"({first['cohort']['subjects'] - test['subjects'] - train['subjects']}) validated "
+        "on, by subject. The first seed's training split: "
         f"n_p = {train['n_p']}, class prior {train['class_prior']:.3f}, "
         f"{train['hidden_positive']} hidden positives ({train['hidden_share']:.0%} of the "
         f"positives); its test split: {test['hidden_positive']} hidden positives of "

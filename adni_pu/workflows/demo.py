@@ -106,7 +106,7 @@ class DemoSettings:
             else:
                 training.append(text)
         self.overrides = tuple(training)
-        from adni_pu.synth import SynthConfig
+        from adni_pu.synth.config import SynthConfig
 
         cfgmod.from_dict(SynthConfig, self.synth, where="demo synth settings")
         unknown = [m for m in self.methods if m not in TRAINING_PRESETS]
