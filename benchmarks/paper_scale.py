@@ -39,6 +39,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from adni_pu.fileio import atomic_write_text  # noqa: E402 - light; after the path above
+from adni_pu.pu.metrics import TABLE_METRICS, metric_label  # noqa: E402 - numpy only
 
 RESULTS = REPO / "benchmarks" / "results" / "paper-scale"
 METHODS = ("naive", "upu", "nnpu", "selfpu")
@@ -49,8 +50,6 @@ VAL_FRACTION = 0.15
 PAPER = {"naive": 73.27, "upu": 73.45, "nnpu": 75.96, "selfpu": 79.50}
 PAIRS: tuple[tuple[str, str], ...] = (("nnpu", "naive"), ("selfpu", "nnpu"), ("nnpu", "upu"),
                                       ("selfpu", "naive"))
-TABLE_METRICS = ("accuracy", "auc", "balanced_accuracy", "hidden_positive_recall",
-                 "hidden_auc", "sensitivity", "specificity")
 
 
 def _settings(work: Path, subjects: int, cohort_seed: int, preprocessing: str, workers: int):
@@ -174,9 +173,7 @@ def table(args: argparse.Namespace) -> None:
     results = load_results(args.results)
     if not results:
         raise SystemExit(f"no results files in {args.results}")
-    names = {"auc": "AUC", "hidden_auc": "hidden AUC",
-             "hidden_positive_recall": "hidden-positive recall"}
-    head = ["method", "seeds", *(names.get(m, m.replace("_", " ")) for m in TABLE_METRICS),
+    head = ["method", "seeds", *(metric_label(m) for m in TABLE_METRICS),
             "paper accuracy", "minutes per run", "machine"]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     summary = {}

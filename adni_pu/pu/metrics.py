@@ -40,6 +40,20 @@ def roc_auc(scores: np.ndarray, labels: np.ndarray) -> float:
 #: The PU task's own metrics (:func:`binary_metrics` with ``pu_label``).
 PU_METRICS: tuple[str, ...] = ("hidden_positive_recall", "hidden_auc",
                                "all_negative_accuracy", "all_positive_accuracy")
+#: The columns of a PU results table (demo report, paper-scale benchmark): accuracy, the
+#: paper's number, first.
+TABLE_METRICS: tuple[str, ...] = ("accuracy", "auc", "balanced_accuracy",
+                                  "hidden_positive_recall", "hidden_auc", "sensitivity",
+                                  "specificity")
+#: How a metric is named in a table (others: the key with spaces for underscores).
+METRIC_LABELS: dict[str, str] = {"auc": "AUC", "balanced_accuracy": "balanced accuracy",
+                                 "hidden_positive_recall": "hidden-positive recall",
+                                 "hidden_auc": "hidden AUC"}
+
+
+def metric_label(name: str) -> str:
+    """The table name of a metric: :data:`METRIC_LABELS`, else underscores as spaces."""
+    return METRIC_LABELS.get(name, name.replace("_", " "))
 
 
 def binary_metrics(logits: np.ndarray, truth: np.ndarray,

@@ -169,17 +169,12 @@ def _coincidence_text(results: dict[str, dict[str, Any]]) -> str:
     return "**Coinciding methods.** " + " ".join(parts)
 
 
-#: The demo table's columns: accuracy (the paper's number) first, then the rest.
-TABLE_METRICS = ("accuracy", "auc", "balanced_accuracy", "hidden_positive_recall",
-                 "hidden_auc", "sensitivity", "specificity")
-COLUMN_NAMES = {"auc": "AUC", "balanced_accuracy": "balanced accuracy",
-                "hidden_positive_recall": "hidden-positive recall", "hidden_auc": "hidden AUC"}
-
-
 def render_report(settings: Any, results: dict[str, dict[str, Any]],
                   references: dict[str, dict[str, Any]], times: dict[str, float],
                   prep_note: str, priors: list[tuple[float, str]], counts: str) -> str:
     """The whole ``report.md``."""
+    from adni_pu.pu.metrics import TABLE_METRICS, metric_label
+
     order = [m for m in TABLE_METRICS
              if m in next(iter(results.values()))["pooled"]["metrics"]]
     first = next(iter(results.values()))["pooled"]["metrics"]
@@ -192,7 +187,7 @@ def render_report(settings: Any, results: dict[str, dict[str, Any]],
              f"Point estimate [95 % CI, percentile bootstrap over subjects, "
              f"{settings.bootstrap} resamples]. Validation AUC: the mean over folds of the "
              "selected model's AUC on its fold's validation split (what chose it).", "",
-             "| method | " + " | ".join(COLUMN_NAMES.get(m, m) for m in order)
+             "| method | " + " | ".join(metric_label(m) for m in order)
              + " | validation AUC | seconds |",
              "|---|" + "---|" * (len(order) + 2)]
     for method, r in results.items():

@@ -17,12 +17,12 @@ import numpy as np
 
 from adni_pu.errors import VolumeRunError
 from adni_pu.fileio import atomic_write_text, sha256_file
-from adni_pu.pu.metrics import PU_METRICS, format_ci, logit, sigmoid
+from adni_pu.pu.metrics import METRIC_LABELS, PU_METRICS, format_ci, logit, sigmoid
 from adni_pu.pu.plots import roc_plot
 from adni_pu.workflows.train import _manifest_path, _read_manifest, load_run, score_dataset
 
 METRICS = ("accuracy", "balanced_accuracy", "auc", "sensitivity", "specificity")
-METRIC_NAMES = {"auc": "AUC", "hidden_positive_recall": "hidden-positive recall",
+METRIC_NAMES = {**METRIC_LABELS,
                 "hidden_auc": "hidden AUC (hidden positives vs unlabelled negatives)",
                 "all_negative_accuracy": "reference: all-negative accuracy",
                 "all_positive_accuracy": "reference: all-positive accuracy"}
