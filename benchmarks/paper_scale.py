@@ -115,8 +115,8 @@ def run(args: argparse.Namespace) -> None:
         "n_positive": pooled["n_positive"], "n_hidden": pooled.get("n_hidden"),
         "result": record, "provenance": provenance(),
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{args.method}-seed{args.seed}.json"
+    args.results.mkdir(parents=True, exist_ok=True)
+    path = args.results / f"{args.method}-seed{args.seed}.json"
     atomic_write_text(path, json.dumps(out, indent=2, default=str) + "\n")
     m = pooled["metrics"]
     print(f"{args.method} seed {args.seed}: accuracy {m['accuracy']['value']:.3f}, AUC "
@@ -253,6 +253,8 @@ def main() -> None:
     r.add_argument("--threads", type=int, default=2)
     r.add_argument("--set", action="append", default=[], help="extra setting override")
     r.add_argument("--machine", default="2-core CPU VM, no GPU")
+    r.add_argument("--results", type=Path, default=RESULTS,
+                   help="folder for the results file (another machine's pieces)")
     t = sub.add_parser("table", help="aggregate the results files")
     t.add_argument("--results", type=Path, default=RESULTS)
     t.add_argument("--out", type=Path, default=RESULTS.parent / "paper-scale-table.md")
