@@ -178,7 +178,24 @@ def load(
     for text in overrides or []:
         keys, value = parse_override(text)
         merge(data, keys, value)
-    return from_dict(cls, data, where)
+    try:
+        return from_dict(cls, data, where)
+    except ConfigError as exc:
+        raise _blame_override(exc, where, overrides or []) from exc
+
+
+def _blame_override(exc: ConfigError, where: str, overrides: list[str]) -> ConfigError:
+    """The error of a bad value, named by the ``--set`` that gave it (not the file)."""
+    msg = str(exc)
+    for text in reversed(overrides):
+        keys = [k.strip() for k in text.split("=", 1)[0].strip().split(".")]
+        head = ".".join([where, *keys])
+        parent = ".".join([where, *keys[:-1]])
+        if msg.startswith(head + ":"):
+            return ConfigError(f"--set {text.strip()}: {msg[len(head) + 1:].strip()}")
+        if msg.startswith(parent + ": unknown setting") and repr(keys[-1]) in msg:
+            return ConfigError(f"--set {text.strip()}: {msg[len(parent) + 1:].strip()}")
+    return exc
 
 
 def _plain(values: dict[str, Any]) -> dict[str, Any]:

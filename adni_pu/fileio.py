@@ -79,6 +79,51 @@ def sha256_file(path: str | Path) -> str:
     return file_digest(path, "sha256")
 
 
+def _input_files(path: Path) -> list[Path]:
+    """The files that make up an input: the file itself, or a folder's visible files (a
+    DICOM series is one folder of slice files)."""
+    if path.is_dir():
+        return sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
+    return [path]
+
+
+def stat_key(path: str | Path) -> str:
+    """A cheap key of an input's state: size, modification and change times and inode of
+    each of its files. Copying or moving another file over it changes the change time or
+    the inode even when the size and the modification time are kept (``cp -p``)."""
+    path = Path(path)
+    parts = []
+    for f in _input_files(path):
+        st = f.stat()
+        parts.append(f"{f.name}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_ino}")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
+
+
+def content_sha256(path: str | Path) -> str:
+    """SHA-256 of an input's content: a file's bytes, or a folder's visible files (their
+    names and bytes, in name order), so two copies of the same series hash alike."""
+    path = Path(path)
+    if not path.is_dir():
+        return sha256_file(path)
+    digest = hashlib.sha256()
+    for f in _input_files(path):
+        digest.update(f"{f.name}\0{sha256_file(f)}\n".encode())
+    return digest.hexdigest()
+
+
+def input_identity(path: str | Path, known: dict[str, str] | None = None) -> dict[str, str]:
+    """``{"sha256": ..., "stat": ...}`` of an input file or DICOM folder.
+
+    ``known`` is an identity recorded earlier (a scan's sidecar): when its ``stat`` key
+    still matches, its hash is reused instead of reading the whole input again; any change
+    of size, times or inode rehashes the content.
+    """
+    key = stat_key(path)
+    if known and known.get("stat") == key and known.get("sha256"):
+        return {"sha256": known["sha256"], "stat": key}
+    return {"sha256": content_sha256(path), "stat": key}
+
+
 def check_out_dir(out_dir: str | Path, contents: str = "the outputs") -> Path:
     """Refuse an output folder that is a file (or lies under one) before anything is written.
 
@@ -93,5 +138,22 @@ def check_out_dir(out_dir: str | Path, contents: str = "the outputs") -> Path:
                 what = "is" if path == out_dir else f"lies under {path}, which is"
                 raise OutputError(f"output folder {out_dir}: {what} a file; expected a folder "
                                   f"(new or existing) for {contents}")
+            _check_writable(path, out_dir, contents)
             break
     return out_dir
+
+
+def _check_writable(folder: Path, out_dir: Path, contents: str) -> None:
+    """Write and remove a probe file in ``folder`` (``out_dir`` or the first existing folder
+    above it): a read-only place is refused before anything is written, not midway."""
+    from adni_pu.errors import OutputError
+
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".adni-pu-write-check.", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        where = "" if folder == out_dir else f" (in {folder})"
+        raise OutputError(f"output folder {out_dir}: cannot write there{where}: "
+                          f"{exc.strerror or exc}; expected a writable folder for "
+                          f"{contents}") from exc

@@ -71,7 +71,7 @@ def test_flat_folder_with_a_sub_prefixed_file_is_not_bids(tmp_path: Path) -> Non
     _save(tmp_path / "flat/scanB.nii.gz", d, a)
     (tmp_path / "flat/sub-02").mkdir()  # a sub-* folder without anat/ data is not BIDS either
     scans = discover_scans(tmp_path / "flat")
-    assert [s.subject_id for s in scans] == ["scanB", "sub-01_T1w"]
+    assert [s.subject_id for s in scans] == ["scanB", "01"]  # its BIDS-style name still counts
     _save(tmp_path / "flat/sub-03/anat/sub-03_T1w.nii.gz", d, a)
     assert [s.subject_id for s in discover_scans(tmp_path / "flat")] == ["03"]
 
@@ -216,3 +216,51 @@ def test_write_outputs_is_all_or_nothing(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(pio, "write_file_atomic", real)
     write_outputs(files)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "b.txt", "c.txt"]
+
+
+def _series(folder: Path) -> Path:
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from adni_tree import write_dicom_series
+
+    data = np.random.default_rng(0).normal(100, 10, (20, 22, 18)).astype(np.int16)
+    write_dicom_series(folder, data, np.diag([4.0, 4.0, 4.0, 1.0]), "1.2.826.0.1.3680043.9.71")
+    return folder
+
+
+@pytest.mark.parametrize("damage, message", [
+    ("missing", r"slice005.dcm and slice007.dcm are 8 mm apart; expected even spacing of 4 mm, "
+                r"about 1 missing slice"),
+    ("duplicate", r"slice006.dcm and slice006b.dcm have the same position"),
+    ("truncated", r"1 of 18 slice files cannot be read as part of it \(slice006.dcm\)"),
+])
+def test_damaged_dicom_series_are_refused_before_conversion(tmp_path: Path, damage: str,
+                                                            message: str) -> None:
+    import shutil
+
+    folder = _series(tmp_path / "s")
+    assert load_scan(folder)[0].shape == (20, 22, 18)  # the undamaged series reads
+    one = folder / "slice006.dcm"
+    if damage == "missing":
+        one.unlink()
+    elif damage == "duplicate":
+        shutil.copy(one, folder / "slice006b.dcm")
+    else:
+        one.write_bytes(one.read_bytes()[: one.stat().st_size // 2])
+    with pytest.raises(ScanError, match=message):
+        load_scan(folder)
+
+
+def test_bids_style_names_in_a_flat_folder_give_the_bids_subject_and_session(
+        tmp_path: Path) -> None:
+    d, a = _head()
+    for name in ("sub-colin27_T1w.nii.gz", "sub-002_ses-M12_run-2_T1w.nii", "plain_scan.nii.gz"):
+        _save(tmp_path / "flat" / name, d, a)
+    found = {(s.subject_id, s.session_id, s.path.name) for s in discover_scans(tmp_path / "flat")}
+    assert found == {("colin27", "01", "sub-colin27_T1w.nii.gz"),
+                     ("002", "M12run2", "sub-002_ses-M12_run-2_T1w.nii"),
+                     ("plain_scan", "01", "plain_scan.nii.gz")}
+    one = discover_scans(tmp_path / "flat" / "sub-colin27_T1w.nii.gz")[0]
+    assert (one.subject_id, one.label) == ("colin27", "sub-colin27_ses-01")
+    assert discover_scans([tmp_path / "flat" / "sub-colin27_T1w.nii.gz"])[0].subject_id == "colin27"

@@ -131,6 +131,7 @@ def test_changed_settings_redo_the_scan(tmp_path: Path, monkeypatch) -> None:
     calls: list[str] = []
     monkeypatch.setattr(pipe, "_run_steps", _fake_steps(calls))
     scan = Scan("s1", "bl", tmp_path / "in.nii.gz")
+    scan.path.write_bytes(b"scan")
     cfg = PreprocessConfig()
     assert preprocess_scan(scan, tmp_path / "o", cfg)["status"] == "done"
     assert preprocess_scan(scan, tmp_path / "o", cfg)["status"] == "skipped"
@@ -140,6 +141,59 @@ def test_changed_settings_redo_the_scan(tmp_path: Path, monkeypatch) -> None:
     output_paths(scan, tmp_path / "o")["qc"].unlink()
     assert preprocess_scan(scan, tmp_path / "o", cfg2)["status"] == "done"
     assert calls == ["s1", "s1", "s1"]
+
+
+ONE_WORKER = ["runner.workers=1", "runner.progress=false"]
+
+
+def test_an_input_replaced_at_the_same_path_is_redone_and_the_summary_says_so(
+        tmp_path: Path, monkeypatch) -> None:
+    import os
+
+    from adni_pu.fileio import sha256_file
+
+    calls: list[str] = []
+    monkeypatch.setattr(pipe, "_run_steps", _fake_steps(calls))
+    scan = Scan("s1", "bl", tmp_path / "in.nii.gz")
+    scan.path.write_bytes(b"head A")
+    cfg = load_config(None, ONE_WORKER)
+    first = run_preprocessing([scan], tmp_path / "o", cfg)
+    assert list(first.status) == ["done"] and first.input_sha256[0] == sha256_file(scan.path)
+    again = run_preprocessing([scan], tmp_path / "o", cfg)
+    assert list(again.status) == ["skipped"] and again.input_sha256[0] == first.input_sha256[0]
+    # another head copied over it, keeping size and modification time (cp -p)
+    stamp = scan.path.stat()
+    scan.path.write_bytes(b"head B")
+    os.utime(scan.path, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+    redone = run_preprocessing([scan], tmp_path / "o", cfg)
+    assert list(redone.status) == ["done"] and calls == ["s1", "s1"]
+    assert "the input changed since its outputs were made" in redone.note[0]
+    assert redone.input_sha256[0] == sha256_file(scan.path) != first.input_sha256[0]
+    on_disk = pd.read_csv(tmp_path / "o" / "summary.csv", keep_default_na=False)
+    assert "input changed" in on_disk.note[0]
+
+
+def test_summary_keeps_the_scans_of_an_earlier_run_into_the_same_folder(
+        tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(pipe, "_run_steps", _fake_steps([]))
+    a, b, c = (Scan(n, "1", tmp_path / f"{n}.nii.gz") for n in "abc")
+    for scan in (a, b, c):
+        scan.path.write_bytes(scan.subject_id.encode())
+    cfg = load_config(None, ONE_WORKER)
+    run_preprocessing([a, c], tmp_path / "o", cfg)
+    second = run_preprocessing([b], tmp_path / "o", cfg)
+    rows = second.set_index("subject_id")
+    assert list(rows.status) == ["done", "done", "done"]
+    assert rows.loc["a", "note"] == "kept from an earlier run into this folder"
+    on_disk = pd.read_csv(tmp_path / "o" / "summary.csv", keep_default_na=False)
+    assert sorted(on_disk.subject_id) == ["a", "b", "c"]
+    # outputs deleted by hand, or made with other settings than this run's: still listed,
+    # no longer usable, and the note says why
+    output_paths(c, tmp_path / "o")["preproc"].unlink()
+    third = run_preprocessing([b], tmp_path / "o", load_config(None, ONE_WORKER + [
+        "n4.shrink_factor=2"])).set_index("subject_id")
+    assert third.loc["a", "status"] == "stale" and "other settings" in third.loc["a", "note"]
+    assert third.loc["c", "status"] == "missing" and "gone" in third.loc["c", "note"]
 
 
 @pytest.mark.parametrize("error", [

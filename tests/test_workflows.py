@@ -15,7 +15,7 @@ from volume_helpers import NO_AUGMENTATION, make_volume_cohort, tiny_overrides
 
 from adni_pu.cohort import LeakageError
 from adni_pu.config import ConfigError
-from adni_pu.errors import ResumeError, VolumeRunError
+from adni_pu.errors import OutputError, ResumeError, VolumeRunError
 from adni_pu.fileio import sha256_file
 from adni_pu.workflows.evaluate import METRICS, evaluate_run
 from adni_pu.workflows.predict import predict_scans, preprocess_folder
@@ -100,6 +100,22 @@ def test_evaluate_reports_bootstrap_cis_and_counts(runs):
     assert "reference: all-negative accuracy" in report
     assert "## nnPU correction\n\nNot applicable: this run's loss has no non-negative" in report
     assert result["nn_correction"] is None
+
+
+def test_evaluate_warns_when_the_training_manifest_changed_since(runs, tmp_path):
+    cohort, run = tmp_path / "cohort", tmp_path / "naive"
+    shutil.copytree(runs["manifest"].parent, cohort)
+    shutil.copytree(runs["root"] / "naive", run)
+    info = json.loads((run / "run.json").read_text())
+    info["manifest"] = str(cohort / runs["manifest"].name)
+    (run / "run.json").write_text(json.dumps(info))
+    assert evaluate_run(run, "test", n_boot=0)["warnings"] == []
+    frame = pd.read_csv(info["manifest"], dtype=str)
+    frame.iloc[::-1].to_csv(info["manifest"], index=False)  # rows reordered by hand
+    result = evaluate_run(run, "test", n_boot=0)
+    assert len(result["warnings"]) == 1
+    assert "changed since the run was trained on it" in result["warnings"][0]
+    assert "**Warning:**" in (run / "evaluation" / "test" / "report.md").read_text()
 
 
 def test_evaluate_report_says_how_often_the_nnpu_correction_fired(runs):
@@ -214,6 +230,11 @@ def test_predict_model_grid_files_and_refuse_raw_without_settings(runs, tmp_path
     assert list(table.status) == ["model-grid", "failed"]
     assert table.loc[1, "error"] == f"{missing}: not found"
     assert math.isnan(table.loc[1, "probability"]) and 0 < table.loc[0, "probability"] < 1
+    # the table never overwrites an input scan or a file that is not a CSV
+    for bad in (scan, run / "best_model.pt"):
+        with pytest.raises(OutputError, match="--out"):
+            predict_scans(run, [scan], out=bad)
+    assert scan.is_file() and (run / "best_model.pt").stat().st_size > 1000
     with pytest.raises(VolumeRunError, match="no usable scan.*not found"):
         predict_scans(run, [missing], out=tmp_path / "refused" / "p.csv",
                       work_dir=tmp_path / "work")
@@ -265,3 +286,7 @@ def test_predict_raw_scans_one_folder_each_and_reproducible(runs, tmp_path):
     assert json.loads(sidecar.read_text())["settings"]["skullstrip"]["method"] == "template"
     again = predict_scans(run, [scans[0]], work_dir=tmp_path / "w2")
     assert again.probability[0] == first.probability[0]
+    # another scan copied over a file predict has seen: preprocessed again, its own result
+    shutil.copy(scans[1], scans[0])
+    replaced = predict_scans(run, [scans[0]], work_dir=tmp_path / "w1")
+    assert replaced.probability[0] == first.probability[1]

@@ -11,6 +11,7 @@ Conventions of every command (docs/interfaces.md, "Command line"):
 - Help text is plain (no Rich markup), so ``[train]`` or ``<date>`` print as written.
 - Errors: every library error a user can cause derives from :class:`adni_pu.errors.AdniPuError`;
   :class:`_App` catches that base once, prints ``error: <message>`` and exits with status 2.
+  So it does with an ``OSError`` that names a path (a read-only folder, a full disk).
   Anything else is a bug and shows its traceback.
 """
 
@@ -33,6 +34,12 @@ class _App(TyperGroup):
             return super().invoke(ctx)
         except AdniPuError as exc:
             typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from exc
+        except OSError as exc:
+            if exc.filename is None:  # not about a path the user named: a bug, shown whole
+                raise
+            # a file the system refused (read-only, full disk, gone): the user's to fix
+            typer.echo(f"error: {exc.filename}: {exc.strerror or exc}", err=True)
             raise typer.Exit(2) from exc
 
 

@@ -28,6 +28,8 @@ def evaluate(
     from adni_pu.workflows.evaluate import REPORT_METRICS, evaluate_run
 
     result = evaluate_run(run, split, manifest, device=device, n_boot=bootstrap)
+    for warning in result["warnings"]:
+        typer.echo(f"warning: {warning}", err=True)
     typer.echo(f"{split}: {result['n_subjects']} subjects, {result['n_scans']} scans "
                f"({result['n_subjects_unknown_truth']} subjects without truth left out)")
     typer.echo(f"{'metric':24s} {'per scan':28s} per subject")

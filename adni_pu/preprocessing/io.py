@@ -122,6 +122,19 @@ def _bids_entity(name: str, key: str) -> str | None:
     return match.group(1) if match else None
 
 
+def scan_from_file(path: Path) -> Scan:
+    """The scan of one NIfTI file outside a BIDS tree: a BIDS-style name
+    (``sub-01_ses-M12_run-2_T1w.nii.gz``) gives its subject and session (run appended, as in
+    a BIDS tree); any other name is the subject, with the default session."""
+    stem = _stem(path)
+    subject = _bids_entity(stem, "sub")
+    if subject is None:
+        return Scan(stem, DEFAULT_SESSION, path)
+    session = _bids_entity(stem, "ses") or DEFAULT_SESSION
+    run = _bids_entity(stem, "run")
+    return Scan(subject, f"{session}run{run}" if run is not None else session, path)
+
+
 def _is_bids(root: Path) -> bool:
     """A BIDS dataset: some ``sub-*`` folder with ``anat/`` or ``ses-*/anat/`` data.
 
@@ -239,7 +252,8 @@ def discover(
     ``source``: a BIDS folder, an ADNI download (``ADNI/<PTID>/<series>/<date_time>/<image
     ID>/``, see :mod:`adni_pu.preprocessing.adni_layout`), a folder of NIfTI files or
     DICOM series, a CSV, a single file, or a list. In a plain folder, each
-    ``*.nii[.gz]`` file is a scan whose subject is the file name (without extension),
+    ``*.nii[.gz]`` file is a scan whose subject is the file name (without extension; a
+    BIDS-style name gives its ``sub-`` and ``ses-`` labels, :func:`scan_from_file`),
     and each folder holding DICOM files is a series whose subject is its first folder
     below ``source`` (session: its last folder, when deeper).
     """
@@ -249,8 +263,7 @@ def discover(
             if isinstance(item, Scan):
                 scans.append(item)
             else:
-                p = Path(item)
-                scans.append(Scan(_stem(p), DEFAULT_SESSION, p))
+                scans.append(scan_from_file(Path(item)))
         return Discovery(_check_unique(scans), [])
     root = Path(source)
     if not root.exists():
@@ -258,7 +271,7 @@ def discover(
     if root.is_file():
         if root.suffix.lower() == ".csv":
             return Discovery(_check_unique(read_scan_list_csv(root)), [])
-        return Discovery([Scan(_stem(root), DEFAULT_SESSION, root)], [])
+        return Discovery([scan_from_file(root)], [])
     from .adni_layout import discover_adni, is_adni_download
 
     excluded: list[Excluded] = []
@@ -270,7 +283,7 @@ def discover(
         scans = []
         for path in sorted(root.iterdir()):
             if path.is_file() and path.name.lower().endswith(NIFTI_SUFFIXES):
-                scans.append(Scan(_stem(path), DEFAULT_SESSION, path))
+                scans.append(scan_from_file(path))
         for folder in _dicom_dirs(root):
             rel = folder.relative_to(root).parts
             if not rel:
@@ -318,9 +331,59 @@ def _read_dicom(folder: Path) -> tuple[np.ndarray, np.ndarray]:
             "put each series in its own folder"
         )
     files = reader.GetGDCMSeriesFileNames(str(folder), ids[0])
+    check_dicom_series(folder, [Path(f) for f in files])
     reader.SetFileNames(files)
     image = reader.Execute()
     return sitk_to_array_affine(image)
+
+
+#: Slice gaps that differ from the series' median gap by more than this share are refused.
+SLICE_GAP_TOLERANCE = 0.1
+
+
+def check_dicom_series(folder: Path, files: Sequence[Path]) -> None:
+    """Refuse a DICOM series that would silently become a wrong volume.
+
+    Before conversion: every DICOM file of the folder must be in the series (the reader
+    leaves out files it cannot parse, e.g. a truncated slice, and would stack the rest),
+    no two slices may share a position, and the slices must be evenly spaced along the
+    slice normal (a gap of twice the spacing is a missing slice). Series without positions
+    (one multi-frame file) are not checked here. Raises :class:`ScanError` naming the files.
+    """
+    import pydicom
+
+    on_disk = [p for p in sorted(folder.iterdir())
+               if p.is_file() and not p.name.startswith(".") and _looks_like_dicom(p)]
+    used = {Path(f).resolve() for f in files}
+    left = [p.name for p in on_disk if p.resolve() not in used]
+    if left:
+        shown = ", ".join(left[:3]) + (f" and {len(left) - 3} more" if len(left) > 3 else "")
+        raise ScanError(f"{folder}: DICOM series: {len(left)} of {len(on_disk)} slice files "
+                        f"cannot be read as part of it ({shown}); expected every file of the "
+                        "folder in one readable series (a truncated or foreign file?)")
+    if len(files) < 3:
+        return
+    where = []
+    for f in files:
+        try:
+            ds = pydicom.dcmread(str(f), stop_before_pixels=True)
+            pos = np.asarray([float(v) for v in ds.ImagePositionPatient])
+            ori = np.asarray([float(v) for v in ds.ImageOrientationPatient])
+        except Exception:  # noqa: BLE001 - no usable position: nothing to check
+            return
+        where.append((float(np.cross(ori[:3], ori[3:]) @ pos), Path(f).name))
+    where.sort()
+    gaps = np.diff([w[0] for w in where])
+    step = float(np.median(gaps))
+    for k, gap in enumerate(gaps):
+        a, b = where[k][1], where[k + 1][1]
+        if abs(gap) < 1e-3 * max(abs(step), 1e-3):
+            raise ScanError(f"{folder}: DICOM series: slices {a} and {b} have the same "
+                            "position; expected one slice per position (a duplicate file?)")
+        if abs(gap - step) > SLICE_GAP_TOLERANCE * abs(step):
+            missing = f", about {round(gap / step) - 1} missing slice(s)" if gap > step else ""
+            raise ScanError(f"{folder}: DICOM series: slices {a} and {b} are {gap:.3g} mm "
+                            f"apart; expected even spacing of {step:.3g} mm{missing}")
 
 
 def sitk_to_array_affine(image) -> tuple[np.ndarray, np.ndarray]:

@@ -65,17 +65,51 @@ def configure_threads(threads: int) -> None:
 
 
 def is_done(scan: Scan, output: str | Path, config_hash: str) -> bool:
-    """Whether ``scan`` already has complete outputs made with the same settings."""
+    """Whether ``scan`` already has complete outputs made from the same input content with
+    the same settings (see :func:`resume_check`)."""
+    return resume_check(scan, output, config_hash)[0]
+
+
+def resume_check(scan: Scan, output: str | Path, config_hash: str) -> tuple[bool, str]:
+    """(done, why not): whether ``scan``'s outputs can be reused, and if not, why.
+
+    Outputs are reused only when the sidecar says ``done`` with the same settings hash, the
+    same input path and the same input content (SHA-256 of the file, or of the DICOM
+    folder's files; recomputed only when size, times or inode changed), and every output
+    file it lists is there. The reason is ``""`` for a scan without earlier outputs, else
+    one line for summary.csv's ``note`` (an input replaced at the same path is redone and
+    says so, never skipped).
+    """
+    from adni_pu.fileio import input_identity
+
     paths = output_paths(scan, output)
     try:
         side = json.loads(paths["sidecar"].read_text())
     except (OSError, json.JSONDecodeError):
-        return False
-    if side.get("status") != "done" or side.get("settings_hash") != config_hash:
-        return False
+        return False, ""
+    if side.get("status") not in ("done", "failed-qc"):
+        return False, ""
+    if side.get("settings_hash") != config_hash:
+        return False, (f"redone: earlier outputs were made with other settings (hash "
+                       f"{side.get('settings_hash')}, now {config_hash})")
     if str(side.get("input_path")) != str(scan.path):
-        return False
-    return all((paths["sidecar"].parent / name).is_file() for name in side.get("outputs", {}).values())
+        return False, f"redone: earlier outputs came from {side.get('input_path')}"
+    known = {"sha256": side.get("input_sha256", ""), "stat": side.get("input_stat", "")}
+    if not known["sha256"]:
+        return False, "redone: earlier outputs do not record their input's content"
+    try:
+        now = input_identity(scan.path, known)
+    except OSError:
+        return False, ""
+    if now["sha256"] != known["sha256"]:
+        return False, (f"redone: the input changed since its outputs were made (sha256 "
+                       f"{known['sha256'][:12]} then, {now['sha256'][:12]} now)")
+    if side.get("status") != "done":
+        return False, ""
+    listed = side.get("outputs", {}).values()
+    if not all((paths["sidecar"].parent / name).is_file() for name in listed):
+        return False, "redone: some earlier outputs are missing"
+    return True, ""
 
 
 @contextmanager
@@ -104,7 +138,8 @@ def _as_scan(scan: Scan | str | Path) -> Scan:
     return pio.discover_scans([scan])[0]
 
 
-def _row(scan: Scan, status: str, seconds: float, error: str = "", preproc: str = "") -> dict:
+def _row(scan: Scan, status: str, seconds: float, error: str = "", preproc: str = "",
+         sha256: str = "") -> dict:
     return {
         **scan.summary_fields(),
         "status": status,
@@ -112,7 +147,18 @@ def _row(scan: Scan, status: str, seconds: float, error: str = "", preproc: str 
         # one line per scan in summary.csv, whatever the message (a matrix, a traceback)
         "error": " ".join(line.strip() for line in error.splitlines()),
         "seconds": round(seconds, 2),
+        "input_sha256": sha256,
+        "note": "",
     }
+
+
+def recorded_sha256(scan: Scan, output: str | Path) -> str:
+    """The input content hash recorded in ``scan``'s sidecar under ``output`` ("" if none)."""
+    try:
+        return str(json.loads(output_paths(scan, output)["sidecar"].read_text())
+                   .get("input_sha256", ""))
+    except (OSError, json.JSONDecodeError, AttributeError):
+        return ""
 
 
 def preprocess_scan(
@@ -142,7 +188,13 @@ def preprocess_scan(
     paths = output_paths(scan, output)
     if skip_existing and is_done(scan, output, chash):
         return _row(scan, "skipped", time.perf_counter() - start,
-                    preproc=str(paths["preproc"]))
+                    preproc=str(paths["preproc"]), sha256=recorded_sha256(scan, output))
+    from adni_pu.fileio import input_identity
+
+    try:  # hashed before reading: the outputs are keyed by the content they came from
+        identity = input_identity(scan.path)
+    except OSError:  # missing or unreadable: the read step below says so
+        identity = {"sha256": "", "stat": ""}
     timings: dict[str, float] = {}
     cpu_start = time.process_time()
     try:
@@ -151,7 +203,7 @@ def preprocess_scan(
         error = (f"{exc}" if isinstance(exc, pio.ScanError)
                  else f"{scan.path}: {type(exc).__name__}: {exc}")
         seconds = time.perf_counter() - start
-        side = _sidecar_base(scan, config, chash, timings)
+        side = _sidecar_base(scan, config, chash, timings, identity)
         side.update(status="failed", error=error, seconds_total=round(seconds, 2),
                     traceback=traceback.format_exc(limit=6))
         # best effort: if the disk is full the summary row still says why
@@ -159,9 +211,9 @@ def preprocess_scan(
             _remove_stale(paths, keep=())
             text = json.dumps(side, indent=2, default=_json_default)
             pio.write_outputs({paths["sidecar"]: text.encode()})
-        return _row(scan, "failed", seconds, error)
+        return _row(scan, "failed", seconds, error, sha256=identity["sha256"])
     seconds = time.perf_counter() - start
-    side = _sidecar_base(scan, config, chash, timings)
+    side = _sidecar_base(scan, config, chash, timings, identity)
     side.update(extra)
     side.update(settings_hash=chash, status=status, error="; ".join(problems),
                 qc_problems=problems, timings_s=timings, seconds_total=round(seconds, 2),
@@ -175,9 +227,10 @@ def preprocess_scan(
         with contextlib.suppress(OSError):  # an older sidecar must not vouch for this scan
             paths["sidecar"].unlink(missing_ok=True)
         error = f"{paths['sidecar'].parent}: cannot write outputs ({type(exc).__name__}: {exc})"
-        return _row(scan, "failed", time.perf_counter() - start, error)
+        return _row(scan, "failed", time.perf_counter() - start, error,
+                    sha256=identity["sha256"])
     preproc = str(paths["preproc"]) if status == "done" else ""
-    return _row(scan, status, seconds, "; ".join(problems), preproc)
+    return _row(scan, status, seconds, "; ".join(problems), preproc, identity["sha256"])
 
 
 def _json_default(obj: object) -> object:
@@ -195,13 +248,16 @@ def _remove_stale(paths: dict[str, Path], keep: tuple[Path, ...]) -> None:
             p.unlink()
 
 
-def _sidecar_base(scan: Scan, config: PreprocessConfig, chash: str, timings: dict) -> dict:
+def _sidecar_base(scan: Scan, config: PreprocessConfig, chash: str, timings: dict,
+                  identity: dict[str, str]) -> dict:
     from adni_pu import config as cfgmod
     from adni_pu.provenance import package_versions
 
     return {
         "scan_label": scan.label,
         **scan.summary_fields(),
+        "input_sha256": identity["sha256"],
+        "input_stat": identity["stat"],
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "settings_hash": chash,
         "settings": {k: v for k, v in cfgmod.to_dict(config).items() if k != "runner"},

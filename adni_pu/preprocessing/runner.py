@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import re
 import signal
@@ -33,13 +34,15 @@ from adni_pu.progress import progress_bar
 
 from .config import PreprocessConfig, settings_hash
 from .io import Scan, discover
-from .pipeline import is_done, output_paths
+from .pipeline import output_paths, recorded_sha256, resume_check
 
 T = TypeVar("T")
 
 SUMMARY_COLUMNS = ["subject_id", "session_id", "acquisition_date", "image_id",
                    "series_description", "input_path", "status", "preprocessed_path",
-                   "error", "seconds"]
+                   "error", "seconds", "input_sha256", "note"]
+#: Columns added after the first release: a summary.csv without them is still read.
+LATER_COLUMNS = ("input_sha256", "note")
 
 
 class PreprocessInterrupted(KeyboardInterrupt):
@@ -183,21 +186,28 @@ def run_preprocessing(
     cfgmod.save(config, output / "preprocess_config.toml")
 
     rows: list[dict] = []
+    notes: dict[tuple[str, str], str] = {}
 
     def collect(row: dict) -> None:
+        row["note"] = notes.get((row["subject_id"], row["session_id"]), "")
         rows.append(row)
         if on_result is not None:
             on_result(row)
 
-    # resume: scans already done with these settings are skipped here, before any worker
+    # resume: scans already done from the same content with these settings are skipped
+    # here, before any worker; a scan whose input changed is redone, with a note saying so
     chash = settings_hash(config)
     todo = []
     for scan in scans:
-        if is_done(scan, output, chash):
+        done, why = resume_check(scan, output, chash)
+        if done:
             collect({**scan.summary_fields(), "status": "skipped",
                      "preprocessed_path": str(output_paths(scan, output)["preproc"]),
-                     "error": "", "seconds": 0.0})
+                     "error": "", "seconds": 0.0,
+                     "input_sha256": recorded_sha256(scan, output)})
         else:
+            if why:
+                notes[(scan.subject_id, scan.session_id)] = why
             todo.append(scan)
 
     client = None if dask_scheduler is None or isinstance(dask_scheduler, str) else dask_scheduler
@@ -230,6 +240,8 @@ def run_preprocessing(
                                            runner.shard)
         raise
     summary = _summary_frame(rows, scans, left_out)
+    if not runner.shard:
+        summary = with_earlier_rows(summary, output, chash)
     path = write_summary(summary, output, runner.shard)
     merged = (merge_shard_summaries(output, parse_shard(runner.shard)[1], require_all=False)
               if runner.shard else None)
@@ -249,6 +261,63 @@ def _summary_frame(rows: list[dict], scans: Sequence[Scan], left_out: Sequence[d
     if left_out:
         summary = pd.concat([summary, pd.DataFrame(left_out, columns=SUMMARY_COLUMNS)])
     return summary.reset_index(drop=True)
+
+
+def read_summary(path: str | Path):
+    """A summary.csv (or shard summary) as strings; one written before the columns of
+    :data:`LATER_COLUMNS` existed gets them empty. Other columns are a ShardMergeError."""
+    import pandas as pd
+
+    path = Path(path)
+    frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    for col in LATER_COLUMNS:
+        if col not in frame.columns:
+            frame[col] = ""
+    if list(frame.columns) != SUMMARY_COLUMNS:
+        raise ShardMergeError(f"{path}: columns: expected {','.join(SUMMARY_COLUMNS)}, "
+                              f"found {','.join(map(str, frame.columns))}")
+    return frame
+
+
+def with_earlier_rows(summary, output: Path, config_hash: str | None = None):
+    """``summary`` plus the rows of ``output/summary.csv`` for scans this run did not list.
+
+    A second run into the same folder with another input must not hide the first run's
+    scans from the table the cohort builder reads. Kept rows whose outputs are gone become
+    ``missing``, and usable rows made with other settings than ``config_hash`` become
+    ``stale``, each with a note, so the cohort builder leaves them out and says why.
+    """
+    import pandas as pd
+
+    path = Path(output) / "summary.csv"
+    if not path.is_file():
+        return summary
+    earlier = read_summary(path)
+    seen = set(zip(summary["subject_id"].astype(str), summary["session_id"].astype(str)))
+    keep = earlier[[k not in seen for k in zip(earlier["subject_id"], earlier["session_id"])]]
+    if keep.empty:
+        return summary
+    keep = keep.copy()
+    for i, row in keep.iterrows():
+        if row["status"] not in ("done", "skipped"):
+            continue
+        scan = Scan(row["subject_id"], row["session_id"], Path(row["input_path"]))
+        try:
+            sidecar = json.loads(output_paths(scan, output)["sidecar"].read_text())
+        except (OSError, ValueError):
+            sidecar = None
+        if sidecar is None or not Path(row["preprocessed_path"]).is_file():
+            keep.loc[i, ["status", "note"]] = ["missing", "kept from an earlier run into "
+                                               "this folder, but its outputs are gone"]
+        elif config_hash and sidecar.get("settings_hash") != config_hash:
+            keep.loc[i, ["status", "note"]] = [
+                "stale", f"kept from an earlier run into this folder, made with other "
+                f"settings (hash {sidecar.get('settings_hash')}, this run's {config_hash}); "
+                "preprocess its input again to use it"]
+        else:
+            keep.loc[i, "note"] = (keep.loc[i, "note"] + "; " if keep.loc[i, "note"] else ""
+                                   ) + "kept from an earlier run into this folder"
+    return pd.concat([summary, keep[SUMMARY_COLUMNS]], ignore_index=True)
 
 
 def run_in_workers(jobs: Sequence[tuple[Scan, str | Path]], config: PreprocessConfig,
@@ -373,14 +442,7 @@ def merge_shard_summaries(output: str | Path, shards: int, *, require_all: bool 
             return None
         raise ShardMergeError(f"{output}: shard summaries missing: {', '.join(missing)} (each "
                               f"written by `adni-pu preprocess --shard i/{shards}`)")
-    frames = []
-    for path in parts:
-        frame = pd.read_csv(path, dtype={"subject_id": str, "session_id": str},
-                            keep_default_na=False)
-        if list(frame.columns) != SUMMARY_COLUMNS:
-            raise ShardMergeError(f"{path}: columns: expected {','.join(SUMMARY_COLUMNS)}, "
-                                  f"found {','.join(map(str, frame.columns))}")
-        frames.append(frame)
+    frames = [read_summary(path) for path in parts]
     merged = pd.concat(frames, ignore_index=True)
     merged = merged.sort_values(["subject_id", "session_id"], kind="stable")
     merged = merged.reset_index(drop=True)

@@ -297,6 +297,8 @@ def run_benchmark(spec: BenchmarkSpec, results_json: Path | None = None,
         raise ConfigError(f"time limit {spec.time_limit} minutes: expected a positive number")
     if spec.dataset not in DATA_NAMES:
         raise ConfigError(f"benchmark {spec.dataset!r}: expected one of {sorted(DATA_NAMES)}")
+    if not spec.seeds:
+        raise ConfigError("--seeds: expected at least 1 seed, found 0")
     fileio.check_out_dir(spec.out, "the benchmark's run folders")
     spec.out.mkdir(parents=True, exist_ok=True)
     cache = spec.out / ".cache"

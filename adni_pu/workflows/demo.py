@@ -114,6 +114,17 @@ class DemoSettings:
             raise ConfigError(f"methods: expected training presets from {sorted(TRAINING_PRESETS)}, "
                              f"found {list(self.methods)}")
         self.out = Path(self.out)
+        for name in ("epochs", "threads", "workers"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name}={getattr(self, name)}: expected at least 1")
+        if self.bootstrap < 0:
+            raise ConfigError(f"bootstrap={self.bootstrap}: expected 0 or more resamples")
+        # every run's training settings, --set included, are checked before any work
+        from adni_pu.workflows.train import load_volume_config
+
+        values = method_settings(self.epochs, self.seed, self.threads, self.out / "cache")
+        for method in self.methods:
+            load_volume_config(None, list(self.overrides), preset=method, values=values)
 
 
 class StageProgress:

@@ -100,6 +100,13 @@ def evaluate_run(run_dir: str | Path, split: str = "test", manifest: str | Path 
                                            & (subjects["truth"] == 1)).sum()),
     }
     result["nn_correction"] = run_nn_correction(run_dir)
+    result["warnings"] = []
+    if manifest is None and info.get("manifest_sha256") not in (None, sha):
+        result["warnings"].append(
+            f"{mpath} changed since the run was trained on it (sha256 "
+            f"{info['manifest_sha256'][:12]} then, {sha[:12]} now): its {split!r} split may "
+            f"not be the one planned; the subjects the run trained and selected on "
+            f"({run_dir / 'splits.csv'}) are still kept out")
     out = run_dir / "evaluation" / split
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "predictions_scans.csv", scans.to_csv(index=False))
@@ -153,7 +160,7 @@ def metrics_markdown(result: dict[str, Any]) -> str:
     lines = [f"# Evaluation of {result['run']} on split `{result['split']}`", "",
              f"Manifest: `{result['manifest']}`"
              + ("" if result["manifest_is_training_manifest"] else " (not the training manifest)"),
-             "",
+             "", *(f"**Warning:** {w}\n" for w in result.get("warnings", [])),
              f"{result['n_subjects']} subjects, {result['n_scans']} scans; "
              f"{result['n_subjects_unknown_truth']} subject(s) "
              f"({result['n_scans_unknown_truth']} scans) left out for unknown truth.", "",

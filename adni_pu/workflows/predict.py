@@ -42,6 +42,20 @@ def preprocess_folder(work: Path, scan: Path) -> Path:
     return work / f"{name or 'scan'}-{digest}"
 
 
+def check_table_out(out: Path, inputs: list[Path]) -> None:
+    """Refuse a table path that would overwrite an input scan or any file that is not a
+    CSV (a model, a volume): predict writes its table there whole."""
+    from adni_pu.errors import OutputError
+
+    target = out.resolve()
+    if any(target == p.resolve() for p in inputs):
+        raise OutputError(f"--out {out}: is one of the input scans; expected a new path for "
+                          "the predictions table (CSV)")
+    if target.exists() and (not target.is_file() or target.suffix.lower() != ".csv"):
+        raise OutputError(f"--out {out}: exists and is not a CSV file; expected a new path "
+                          "or an earlier predictions table (.csv)")
+
+
 def _preprocess_raw(paths: list[Path], work: Path, prep_cfg: Any) -> dict[Path, dict]:
     """Preprocess raw scans, each in its own folder, in one spawned single-threaded worker.
 
@@ -88,10 +102,12 @@ def predict_scans(run_dir: str | Path, scans: list[str | Path], out: str | Path 
     from adni_pu.data.volumes import build_volume_dataset
 
     run_dir = Path(run_dir)
-    cfg, model, _ = load_run(run_dir, device)
     paths = [Path(s) for s in scans]
     if not paths:
         raise VolumeRunError("no scan given")
+    if out is not None:
+        check_table_out(Path(out), paths)
+    cfg, model, _ = load_run(run_dir, device)
     rows: list[dict[str, Any]] = []
     raw: list[int] = []
     for i, p in enumerate(paths):

@@ -366,6 +366,11 @@ def train_volumes(manifest: str | Path, config: VolumeTrainConfig, out: str | Pa
     mpath = _manifest_path(manifest)
     frame = _read_manifest(mpath)
     check_manifest_splits(frame)
+    from adni_pu.data.integrity import check_volume_files
+
+    # a truncated scan is refused here, before the run folder exists
+    used = frame[frame["split"].isin(["train", "val"])]
+    check_volume_files(_scan_paths(used, mpath.parent), mpath)
     sha = sha256_file(mpath)
     previous = out / "run.json"
     if previous.is_file():
