@@ -83,6 +83,21 @@ def test_conflicting_rows_on_one_scan_date_do_not_depend_on_row_order(tmp_path, 
     assert "in more than one amyloid table" not in " ".join(i.message for i in a.quality)
 
 
+def test_conflicting_clinical_suvrs_of_one_visit_do_not_depend_on_row_order(tmp_path, tables):
+    lines = tables[0].read_text().splitlines()
+    extra = ["2,011_S_0002,bl,2010-01-10,CN,CN,62,Female,1.30",
+             "2,011_S_0002,bl,2010-01-10,CN,CN,62,Female,0.95"]
+    truths = []
+    for order in (extra, extra[::-1]):
+        clinical = tmp_path / "ADNIMERGE.csv"
+        clinical.write_text("\n".join([*lines, *order]) + "\n")
+        cohort = build_cohort(clinical, tables[1], config())
+        truths.append(per_subject(cohort, "truth")["2"])
+        issue = next(i for i in cohort.quality if i.kind == "conflicting_amyloid_measure")
+        assert issue.table == "clinical (ADNIMERGE.csv)" and "AV45" in issue.examples[0]
+    assert all(pd.isna(t) for t in truths)
+
+
 def test_same_scan_in_two_tables_keeps_the_first_table_given(tmp_path, tables):
     rows = berkeley_rows()
     one = write(tmp_path / "one.csv", BERKELEY, rows)

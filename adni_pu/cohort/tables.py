@@ -459,6 +459,7 @@ def _merge_visit_rows(frame: pd.DataFrame, table: str, quality: QualityReport) -
     merged_rows: list[dict[str, Any]] = []
     dx_conflicts: list[str] = []
     value_conflicts: list[str] = []
+    suvr_conflicts: list[str] = []
     dup_visits: list[str] = []
     n_dup_rows = 0
     for (subject, key), group in frame.loc[sizes > 1].groupby(["subject_id", "_key"], sort=False):
@@ -476,8 +477,12 @@ def _merge_visit_rows(frame: pd.DataFrame, table: str, quality: QualityReport) -
             row["dx_raw"] = None
         for col in ("examdate", "age", "sex", *TRACERS):
             if col in group and group[col].dropna().nunique() > 1:
-                value_conflicts.append(
-                    f"{subject} {key} {col}: {[str(v) for v in group[col].dropna().unique()]}")
+                found = f"{subject} {key} {col}: {[str(v) for v in group[col].dropna().unique()]}"
+                if col in TRACERS:  # an SUVR decides the truth: no row order may pick it
+                    suvr_conflicts.append(f"{found} (lines {lines})")
+                    row[col] = None
+                else:
+                    value_conflicts.append(found)
         row["_row"] = int(group["_row"].iloc[0])
         merged_rows.append(row)
     quality.add("duplicate_visit", table, n_dup_rows,
@@ -488,8 +493,11 @@ def _merge_visit_rows(frame: pd.DataFrame, table: str, quality: QualityReport) -
                 "the visit gets no diagnosis (neither is used for labels)", dx_conflicts,
                 severity="warning")
     quality.add("conflicting_values", table, len(value_conflicts),
-                "visits whose rows disagree on a date, covariate or SUVR",
+                "visits whose rows disagree on a date or covariate",
                 "kept the value of the first row", value_conflicts)
+    quality.add("conflicting_amyloid_measure", table, len(suvr_conflicts),
+                "visits whose rows disagree on an AV45/FBB/PIB SUVR",
+                "none of the values is used (the row order decides nothing)", suvr_conflicts)
     merged = pd.DataFrame(merged_rows, columns=frame.columns)
     merged["examdate"] = pd.to_datetime(merged["examdate"])
     for col in ("age", *TRACERS):
