@@ -51,10 +51,14 @@ def build(
     check_out_dir(out)
     cfg = load_cohort_config(config, set_ or [], preset)
     cohort = build_cohort(clinical, scans, cfg, amyloid=list(amyloid or []))
-    paths = write_cohort(cohort, out)
+    paths = write_cohort(cohort, out, inputs={"settings file": config})
     from adni_pu.cohort import counts_table
     from adni_pu.cohort.report import pu_task_lines
 
+    for issue in cohort.quality:
+        if issue.kind == "amyloid_without_qc":  # rows used unchecked: say so on stderr too
+            typer.echo(f"warning: {issue.table}: {issue.count} {issue.message}; "
+                       f"{issue.action}", err=True)
     table = counts_table(cohort.manifest)
     typer.echo(table.to_string(index=False))
     for line in pu_task_lines(cohort.manifest):

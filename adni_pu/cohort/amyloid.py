@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from adni_pu.cohort.amyloid_rules import MeasureRule, merge_same_scan
 from adni_pu.cohort.config import MEASURE_TRACERS, AmyloidSettings, LabelSettings
 from adni_pu.cohort.quality import CohortInputError, QualityReport
 from adni_pu.cohort.tables import (
@@ -34,8 +35,8 @@ from adni_pu.cohort.tables import (
     apply,
     is_rid,
     normalise_subject_id,
-    parse_dates,
     parse_numbers,
+    read_dates,
     read_table,
 )
 
@@ -107,11 +108,15 @@ def read_amyloid_table(
     source: str | Path | pd.DataFrame,
     quality: QualityReport,
     settings: AmyloidSettings | None = None,
+    rule: MeasureRule | None = None,
 ) -> pd.DataFrame:
-    """One amyloid table as measures (``MEASURE_COLUMNS``), QC-filtered and normalised.
+    """One amyloid table as measures (``MEASURE_COLUMNS``), QC-filtered and normalised,
+    one row per PET scan (see :func:`~adni_pu.cohort.amyloid_rules.merge_same_scan`).
 
     Raises :class:`CohortInputError` when the table lacks a subject, date or value column,
-    names no tracer, has a column with no readable value, or leaves no usable row.
+    names no tracer, has a column with no readable value, leaves no usable row, or (with
+    ``rule``) gives no measure that rule can use. A table without ``qc_flag`` is reported
+    (``amyloid_without_qc``): its rows are used without PET quality control.
     """
     settings = settings or AmyloidSettings()
     raw, name = read_table(source, "amyloid")
@@ -153,14 +158,8 @@ def read_amyloid_table(
                     "rows with no subject id", "measure left out",
                     [f"line {r}" for r in out.loc[no_subject, "_row"]])
 
-    dates, bad_date = parse_dates(raw[cols["date"]])
-    if bad_date.any() and not dates.notna().any():
-        shown = [str(v) for v in raw.loc[bad_date, cols["date"]].head(3)]
-        raise CohortInputError(f"{table}: column {cols['date']}: expected dates (2016-05-24 "
-                               f"or 5/24/2016), found {shown}")
-    _report_bad(quality, "unparseable_date", table, raw, bad_date, cols["date"],
-                "dates that could not be read", "measure left out (cannot be paired in time)")
-    out["date"] = dates
+    out["date"] = read_dates(raw, cols["date"], table, quality,
+                             "measure left out (cannot be paired in time)")
 
     if fixed_tracer:
         out["tracer"] = fixed_tracer
@@ -203,11 +202,20 @@ def read_amyloid_table(
             & out["tracer"].notna() & ~unknown)
     if cols["qc"]:
         keep &= _qc_passes(raw, out, cols["qc"], settings.qc_pass, table, quality, keep)
-    result = out.loc[keep, list(MEASURE_COLUMNS)].reset_index(drop=True)
-    if result.empty:
+    kept = merge_same_scan(out.loc[keep], table, quality)
+    if kept.empty:
         kinds = ", ".join(f"{i.kind} ({i.count})" for i in quality if i.table == table)
         raise CohortInputError(f"{table}: no usable amyloid measure ({kinds or 'no rows'})")
-    return result
+    if rule is not None and not rule.usable(kept).any():
+        shown = {k: (cols[k], raw.loc[kept.index, cols[k]]) for k in ("suvr", "centiloid")
+                 if cols[k]}
+        raise CohortInputError(f"{table}: {rule.why_none(kept, shown)}")
+    if not cols["qc"]:
+        quality.add("amyloid_without_qc", table, len(kept),
+                    "measures used without PET quality control: the table has no qc_flag "
+                    "column", "used as they are; check their QC (UC Berkeley tables carry "
+                    "qc_flag, 2 = pass)", [f"columns found: {found}"])
+    return kept[list(MEASURE_COLUMNS)].reset_index(drop=True)
 
 
 def _qc_passes(raw: pd.DataFrame, out: pd.DataFrame, col: str, passing: list[int],
@@ -235,22 +243,30 @@ def load_amyloid_tables(
     sources: list[str | Path | pd.DataFrame],
     quality: QualityReport,
     settings: AmyloidSettings | None = None,
+    rule: MeasureRule | None = None,
+    subject_map: dict[str, str] | None = None,
 ) -> pd.DataFrame:
     """All ``--amyloid`` tables as one measure table, each scan once.
 
-    A scan (subject, date, tracer) found in several tables is kept from the first table
-    given and the others are reported (e.g. an AMY_6MM table next to an older AV45 one).
+    Each table is read (and judged) on its own by :func:`read_amyloid_table`. RIDs are
+    turned into PTIDs through ``subject_map``. A scan (subject, date, tracer) found in
+    several tables is kept from the first table given, whatever the values, and the others
+    are reported (e.g. an AMY_6MM table next to an older AV45 one): the order of the
+    ``--amyloid`` options is the precedence, never the order of rows.
     """
-    frames = [read_amyloid_table(s, quality, settings) for s in sources]
+    frames = [read_amyloid_table(s, quality, settings, rule) for s in sources]
     if not frames:
         return empty_measures()
     measures = pd.concat(frames, ignore_index=True)
+    if subject_map:
+        measures["subject_id"] = [subject_map.get(s, s) if is_rid(s) else s
+                                  for s in measures["subject_id"]]
     dup = measures.duplicated(subset=["subject_id", "date", "tracer"], keep="first")
     if dup.any():
         rows = measures.loc[dup]
         quality.add("duplicate_amyloid_measure", "amyloid", int(dup.sum()),
                     "PET scans (subject, date, tracer) found in more than one amyloid table",
-                    "kept the row of the first table given",
+                    "kept the row of the first --amyloid table given",
                     [f"{s} {d:%Y-%m-%d} {t} ({src})" for s, d, t, src in zip(
                         rows["subject_id"], rows["date"], rows["tracer"], rows["source"])],
                     severity="info")
@@ -268,8 +284,13 @@ def empty_measures() -> pd.DataFrame:
 
 def combine_measures(clinical: pd.DataFrame, tables: pd.DataFrame | None,
                      settings: AmyloidSettings, quality: QualityReport,
-                     clinical_table: str) -> pd.DataFrame:
-    """Clinical-table SUVRs and table measures, by ``settings.precedence``."""
+                     clinical_table: str, usable: pd.Series | None = None) -> pd.DataFrame:
+    """Clinical-table SUVRs and table measures, by ``settings.precedence``.
+
+    ``usable`` (aligned with ``tables``): the table measures the label rule can use. Under
+    ``tables-first`` only those supersede a subject's clinical values, so a row the rule
+    cannot read (a text SUVR, a tracer without a cut-off) never erases a usable one.
+    """
     clinical = clinical.copy()
     for col in ("centiloid", "status"):
         if col not in clinical:
@@ -282,7 +303,15 @@ def combine_measures(clinical: pd.DataFrame, tables: pd.DataFrame | None,
     elif settings.precedence == "tables-only":
         drop = pd.Series(True, index=clinical.index)
     else:
-        drop = clinical["subject_id"].isin(set(tables["subject_id"]))
+        readable = tables if usable is None else tables.loc[usable.to_numpy(dtype=bool)]
+        drop = clinical["subject_id"].isin(set(readable["subject_id"]))
+        kept = sorted(set(clinical["subject_id"]) & (set(tables["subject_id"])
+                                                     - set(readable["subject_id"])))
+        quality.add("clinical_amyloid_kept", clinical_table, len(kept),
+                    "subjects whose amyloid-table rows give no measure the label rule can "
+                    "use (no readable value on its scale, or a tracer without a cut-off)",
+                    "their clinical AV45/FBB/PIB values are used (amyloid.precedence = "
+                    "tables-first)", kept, severity="info")
     if drop.any():
         rows = clinical.loc[drop]
         quality.add("clinical_amyloid_superseded", clinical_table, int(drop.sum()),

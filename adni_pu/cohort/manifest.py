@@ -25,11 +25,13 @@ from adni_pu.cohort.amyloid import (
     load_amyloid_tables,
     on_scale,
 )
+from adni_pu.cohort.amyloid_rules import MeasureRule
 from adni_pu.cohort.config import CohortConfig, load_cohort_config
 from adni_pu.cohort.labels import label_subjects
+from adni_pu.cohort.manifest_check import validate_manifest
 from adni_pu.cohort.matching import attach_visits, clinical_measures, match_amyloid, match_visits
 from adni_pu.cohort.quality import QualityReport
-from adni_pu.cohort.report import class_prior_table, render_report
+from adni_pu.cohort.report import HISTOGRAM_NAME, REPORT_NAME, class_prior_table, render_report
 from adni_pu.cohort.splits import assign_splits, check_manifest_splits
 from adni_pu.cohort.tables import _missing, apply, is_rid, load_clinical, load_scans
 from adni_pu.errors import CohortInputError, OutputError
@@ -211,9 +213,11 @@ def build_cohort(
                                                     measures.loc[undated, "visit"],
                                                     measures.loc[undated, "tracer"])])
     measures = measures.loc[~undated].drop(columns="visit")
-    tables = load_amyloid_tables(amyloid_sources, quality, cfg.amyloid)
-    tables["subject_id"] = [rid_map.get(s, s) if is_rid(s) else s for s in tables["subject_id"]]
-    measures = combine_measures(measures, tables, cfg.amyloid, quality, f"clinical ({clin_name})")
+    rule = MeasureRule(cfg.labels, cfg.amyloid.centiloid_conversions,
+                       tuple(cfg.matching.tracer_priority), cfg.preset)
+    tables = load_amyloid_tables(amyloid_sources, quality, cfg.amyloid, rule, rid_map)
+    measures = combine_measures(measures, tables, cfg.amyloid, quality, f"clinical ({clin_name})",
+                                rule.usable(tables))
     measures = on_scale(add_centiloids(measures, cfg.amyloid.centiloid_conversions), cfg.labels,
                         quality)
     compare_status(measures, cfg.labels, quality)
@@ -305,7 +309,8 @@ def _no_amyloid_message(clin_name: str, used: dict[str, str | None], sources: li
     issues = ", ".join(f"{i.kind} ({i.count})" for i in quality
                        if i.kind in {"no_centiloid_conversion", "amyloid_without_suvr",
                                      "amyloid_without_date", "implausible_suvr",
-                                     "unparseable_number", "clinical_amyloid_superseded"})
+                                     "unparseable_number", "clinical_amyloid_superseded",
+                                     "unparseable_date", "conflicting_amyloid_measure"})
     where = ", ".join([f"{c} in {clin_name}" for c in columns if c]
                       + [getattr(s, "name", "DataFrame") for s in sources])
     return (f"no usable amyloid measure in {where}" + (f" ({issues})" if issues else "")
@@ -362,16 +367,59 @@ def check_out_dir(out_dir: str | Path) -> None:
     _check_out_dir(out_dir, "the cohort files")
 
 
-def write_cohort(cohort: Cohort, out_dir: str | Path, render: bool = True) -> dict[str, Path]:
+def output_names(cohort: Cohort, render: bool = True) -> list[str]:
+    """The file names :func:`write_cohort` writes into its folder."""
+    manifest = "manifest.parquet" if cohort.config.output.format == "parquet" else "manifest.csv"
+    names = ["cohort_config.toml", "subjects.csv", "excluded.csv", "quality.csv",
+             "cohort.json", manifest]
+    return names + ([REPORT_NAME, HISTOGRAM_NAME] if render else [])
+
+
+def check_not_inputs(out_dir: Path, names: list[str],
+                     inputs: dict[str, str | Path | None]) -> None:
+    """Refuse to write a file of ``names`` in ``out_dir`` that is one of ``inputs``.
+
+    ``inputs``: what each input is (e.g. ``"clinical table"``) -> its path. Raises
+    :class:`OutputError` naming the output file and the input it would overwrite.
+    """
+    given = {Path(p): what for what, p in inputs.items() if p is not None}
+    for name in names:
+        target = out_dir / name
+        if not target.exists():
+            continue
+        for path, what in given.items():
+            if path.exists() and os.path.samefile(target, path):
+                raise OutputError(
+                    f"output folder {out_dir}: writing {name} would overwrite the {what} "
+                    f"{path}, an input of this build; choose another output folder (or move "
+                    "the input out of it)")
+
+
+def _inputs_of(cohort: Cohort) -> dict[str, str | Path | None]:
+    inputs = cohort.summary.get("inputs", {}) if cohort.summary else {}
+    found: dict[str, str | Path | None] = {
+        "clinical table": (inputs.get("clinical") or {}).get("path"),
+        "scan table": (inputs.get("scans") or {}).get("path")}
+    for i, table in enumerate(inputs.get("amyloid") or []):
+        found[f"amyloid table {i + 1}"] = table.get("path")
+    return found
+
+
+def write_cohort(cohort: Cohort, out_dir: str | Path, render: bool = True,
+                 inputs: dict[str, str | Path | None] | None = None) -> dict[str, Path]:
     """Write the manifest, subject table, exclusions, quality issues, settings and report.
 
     Files (in ``out_dir``): ``manifest.csv`` (or ``.parquet``), ``subjects.csv``,
     ``excluded.csv``, ``quality.csv``, ``cohort_config.toml``, ``cohort.json`` and, with
-    ``render``, ``cohort_report.md`` with ``suvr_histogram.png``.
+    ``render``, ``cohort_report.md`` with ``suvr_histogram.png``. Nothing is written when
+    one of them would overwrite an input of the build (the tables, and ``inputs``, e.g.
+    the settings file: what -> path), or when ``out_dir`` is a file.
     """
 
     out_dir = Path(out_dir)
     check_out_dir(out_dir)
+    check_not_inputs(out_dir, output_names(cohort, render),
+                     {**_inputs_of(cohort), **(inputs or {})})
     try:
         return _write_cohort_files(cohort, out_dir, render)
     except OSError as exc:
@@ -406,7 +454,11 @@ def _write_cohort_files(cohort: Cohort, out_dir: Path, render: bool) -> dict[str
 
 
 def read_manifest(path: str | Path) -> pd.DataFrame:
-    """Read a manifest (CSV or Parquet; a cohort folder finds its manifest) with its types."""
+    """Read a manifest (CSV or Parquet; a cohort folder finds its manifest) with its types.
+
+    Every value is validated first (:func:`~adni_pu.cohort.manifest_check.validate_manifest`):
+    a label, truth, fold or split that training would misread raises ``ManifestError``.
+    """
     path = Path(path)
     if path.is_dir():
         for name in ("manifest.parquet", "manifest.csv"):
@@ -425,11 +477,7 @@ def read_manifest(path: str | Path) -> pd.DataFrame:
                                              "scan_id": str, "scan_path": str})
     except (ValueError, OSError) as exc:  # empty, not CSV/Parquet, unreadable
         raise CohortInputError(f"{path}: cannot read the manifest ({exc})") from exc
-    missing = [c for c in ("subject_id", "scan_path", "pu_label", "truth", "split")
-               if c not in frame.columns]
-    if missing:
-        raise CohortInputError(f"{path}: not a cohort manifest; missing column(s) {missing}, "
-                               f"found {list(frame.columns)}")
+    frame = validate_manifest(frame, path)
     for col in _DATE_COLUMNS:
         if col in frame:
             frame[col] = pd.to_datetime(frame[col], errors="coerce")

@@ -143,6 +143,38 @@ def parse_dates(values: pd.Series) -> tuple[pd.Series, pd.Series]:
     return out.astype("datetime64[ns]"), bad
 
 
+_TWO_DIGIT_YEAR = re.compile(r"^\d{1,2}[/.-]\d{1,2}[/.-]\d{2}$")
+DATE_FORMATS = "YYYY-MM-DD (2016-05-24) or M/D/YYYY (5/24/2016)"
+
+
+def date_problem(values: pd.Series) -> str:
+    """What is wrong with unreadable date texts, in words (the formats read, and why not)."""
+    texts = list(dict.fromkeys(str(v).strip() for v in values if not _missing(v)))
+    if texts and all(_TWO_DIGIT_YEAR.match(t) for t in texts):
+        return (f"expected dates as {DATE_FORMATS}; found MM/DD/YY dates with two-digit "
+                f"years, e.g. {texts[:3]}, which are not read (the century is not written): "
+                "export the table again with four-digit years")
+    return f"expected dates as {DATE_FORMATS}; found {texts[:3]}"
+
+
+def read_dates(raw: pd.DataFrame, column: str, table: str, quality: QualityReport,
+               action: str, remedy: str = "") -> pd.Series:
+    """Dates of one column; unreadable ones are reported, and a column with dates but not
+    one readable is refused (:class:`CohortInputError` naming the table, the column, the
+    formats read and what was found), with ``remedy`` appended."""
+    dates, bad = parse_dates(raw[column])
+    if bad.any() and not dates.notna().any():
+        raise CohortInputError(f"{table}: column {column}: {date_problem(raw.loc[bad, column])}"
+                               + (f"; {remedy}" if remedy else ""))
+    if bad.any():
+        rows = raw.loc[bad]
+        two_digit = sum(bool(_TWO_DIGIT_YEAR.match(str(v).strip())) for v in rows[column])
+        what = "dates that could not be read (expected " + DATE_FORMATS + (
+            f"; {two_digit} have two-digit years" if two_digit else "") + ")"
+        _report_bad(quality, "unparseable_date", table, raw, bad, column, what, action)
+    return dates
+
+
 def parse_numbers(values: pd.Series) -> tuple[pd.Series, pd.Series]:
     """Floats from text; returns the numbers (NaN where missing or unreadable) and a mask
     of the values that were present but were not numbers."""
@@ -346,10 +378,9 @@ def load_clinical(
 
     out["visit"] = apply(_text(raw, used["visit"]), normalise_visit)
     if used["date"]:
-        dates, bad = parse_dates(raw[used["date"]])
-        _report_bad(quality, "unparseable_date", table, raw, bad, used["date"],
-                    "dates that could not be read", "treated as missing")
-        out["examdate"] = dates
+        out["examdate"] = read_dates(raw, used["date"], table, quality, "treated as missing",
+                                     'or set clinical_columns.date="-" to match by visit '
+                                     "code only (clinical amyloid values then have no date)")
     else:
         out["examdate"] = pd.Series(pd.NaT, index=raw.index, dtype="datetime64[ns]")
     no_key = out["visit"].isna() & out["examdate"].isna() & ~no_subject
@@ -428,6 +459,7 @@ def _merge_visit_rows(frame: pd.DataFrame, table: str, quality: QualityReport) -
     merged_rows: list[dict[str, Any]] = []
     dx_conflicts: list[str] = []
     value_conflicts: list[str] = []
+    suvr_conflicts: list[str] = []
     dup_visits: list[str] = []
     n_dup_rows = 0
     for (subject, key), group in frame.loc[sizes > 1].groupby(["subject_id", "_key"], sort=False):
@@ -445,8 +477,12 @@ def _merge_visit_rows(frame: pd.DataFrame, table: str, quality: QualityReport) -
             row["dx_raw"] = None
         for col in ("examdate", "age", "sex", *TRACERS):
             if col in group and group[col].dropna().nunique() > 1:
-                value_conflicts.append(
-                    f"{subject} {key} {col}: {[str(v) for v in group[col].dropna().unique()]}")
+                found = f"{subject} {key} {col}: {[str(v) for v in group[col].dropna().unique()]}"
+                if col in TRACERS:  # an SUVR decides the truth: no row order may pick it
+                    suvr_conflicts.append(f"{found} (lines {lines})")
+                    row[col] = None
+                else:
+                    value_conflicts.append(found)
         row["_row"] = int(group["_row"].iloc[0])
         merged_rows.append(row)
     quality.add("duplicate_visit", table, n_dup_rows,
@@ -457,8 +493,11 @@ def _merge_visit_rows(frame: pd.DataFrame, table: str, quality: QualityReport) -
                 "the visit gets no diagnosis (neither is used for labels)", dx_conflicts,
                 severity="warning")
     quality.add("conflicting_values", table, len(value_conflicts),
-                "visits whose rows disagree on a date, covariate or SUVR",
+                "visits whose rows disagree on a date or covariate",
                 "kept the value of the first row", value_conflicts)
+    quality.add("conflicting_amyloid_measure", table, len(suvr_conflicts),
+                "visits whose rows disagree on an AV45/FBB/PIB SUVR",
+                "none of the values is used (the row order decides nothing)", suvr_conflicts)
     merged = pd.DataFrame(merged_rows, columns=frame.columns)
     merged["examdate"] = pd.to_datetime(merged["examdate"])
     for col in ("age", *TRACERS):
@@ -490,10 +529,9 @@ def load_scans(
     out["session_id"] = apply(out["session_raw"], normalise_visit)
     out["scan_path"] = raw[used["path"]]
     if used["date"]:
-        dates, bad = parse_dates(raw[used["date"]])
-        _report_bad(quality, "unparseable_date", table, raw, bad, used["date"],
-                    "dates that could not be read", "treated as missing")
-        out["scan_date"] = dates
+        out["scan_date"] = read_dates(raw, used["date"], table, quality, "treated as missing",
+                                      'or set scan_columns.date="-" to date scans by their '
+                                      "matched visit")
     else:
         out["scan_date"] = pd.Series(pd.NaT, index=raw.index, dtype="datetime64[ns]")
     status = _text(raw, used["status"])
