@@ -98,6 +98,16 @@ def test_demo_refuses_a_bad_generator_setting_before_any_work(tmp_path):
     assert not (tmp_path / "d").exists()
 
 
+@pytest.mark.parametrize("args, message", [
+    (["--epochs", "0"], "error: epochs=0: expected at least 1"),
+    (["--set", "train.lr=abc"], "error: --set train.lr=abc: expected a number, found 'abc'"),
+])
+def test_demo_refuses_bad_training_settings_before_any_work(tmp_path, args, message):
+    result = CliRunner().invoke(app, ["demo", *args, "--out", str(tmp_path / "d")])
+    assert result.exit_code == 2 and result.output.strip().splitlines() == [message]
+    assert not (tmp_path / "d").exists()
+
+
 def test_folds_without_a_labelled_positive_are_refused_before_training(tmp_path):
     from adni_pu.errors import ConfigError
     from adni_pu.workflows.demo import check_folds

@@ -187,6 +187,8 @@ def test_summary_keeps_the_scans_of_an_earlier_run_into_the_same_folder(
     assert rows.loc["a", "note"] == "kept from an earlier run into this folder"
     on_disk = pd.read_csv(tmp_path / "o" / "summary.csv", keep_default_na=False)
     assert sorted(on_disk.subject_id) == ["a", "b", "c"]
+    again = run_preprocessing([b], tmp_path / "o", cfg).set_index("subject_id")
+    assert again.loc["a", "note"] == "kept from an earlier run into this folder"  # once
     # outputs deleted by hand, or made with other settings than this run's: still listed,
     # no longer usable, and the note says why
     output_paths(c, tmp_path / "o")["preproc"].unlink()
@@ -302,6 +304,7 @@ def test_relative_output_gives_a_summary_valid_from_any_folder(tmp_path: Path,
     monkeypatch.setattr(pipe, "_run_steps", _fake_steps([]))
     monkeypatch.chdir(tmp_path)
     scans = [Scan("s1", "bl", tmp_path / "in.nii.gz")]
+    scans[0].path.write_bytes(b"scan")
     summary = run_preprocessing(scans, Path("rel") / "out", workers=1, progress=False)
     again = run_preprocessing(scans, Path("rel") / "out", workers=1, progress=False)
     for table in (summary, again):

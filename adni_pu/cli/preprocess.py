@@ -59,6 +59,13 @@ def preprocess(
     for row in summary.itertuples():
         if row.status in ("failed", "failed-qc"):
             typer.echo(f"  {row.status}: sub-{row.subject_id} ses-{row.session_id}: {row.error}")
+        elif str(row.note).startswith("redone"):
+            typer.echo(f"  {row.status}: sub-{row.subject_id} ses-{row.session_id}: {row.note}")
+    kept = summary["note"].astype(str).str.startswith("kept from an earlier run")
+    if kept.any():
+        unusable = summary.loc[kept, "status"].isin(["stale", "missing"]).sum()
+        typer.echo(f"  {int(kept.sum())} row(s) kept from earlier runs into this folder "
+                   f"({int(unusable)} stale or missing: see their note)")
     typer.echo(f"summary: {summary.attrs.get('summary_path', output / 'summary.csv')}")
     if counts.get("done", 0) or counts.get("skipped", 0):  # usable volumes exist
         typer.echo(next_steps(output))

@@ -236,8 +236,10 @@ def run_preprocessing(
                               "finished; rerun "
                               "the command to process it", "seconds": 0.0}
                     for scan in todo if (scan.subject_id, scan.session_id) not in seen)
-        stop.summary_path = write_summary(_summary_frame(rows, scans, left_out), output,
-                                           runner.shard)
+        cut = _summary_frame(rows, scans, left_out)
+        if not runner.shard:
+            cut = with_earlier_rows(cut, output, chash)
+        stop.summary_path = write_summary(cut, output, runner.shard)
         raise
     summary = _summary_frame(rows, scans, left_out)
     if not runner.shard:
@@ -314,9 +316,8 @@ def with_earlier_rows(summary, output: Path, config_hash: str | None = None):
                 "stale", f"kept from an earlier run into this folder, made with other "
                 f"settings (hash {sidecar.get('settings_hash')}, this run's {config_hash}); "
                 "preprocess its input again to use it"]
-        else:
-            keep.loc[i, "note"] = (keep.loc[i, "note"] + "; " if keep.loc[i, "note"] else ""
-                                   ) + "kept from an earlier run into this folder"
+        elif not keep.loc[i, "note"].startswith("kept from an earlier run"):
+            keep.loc[i, "note"] = "kept from an earlier run into this folder"
     return pd.concat([summary, keep[SUMMARY_COLUMNS]], ignore_index=True)
 
 

@@ -119,7 +119,10 @@ class DemoSettings:
                 raise ConfigError(f"{name}={getattr(self, name)}: expected at least 1")
         if self.bootstrap < 0:
             raise ConfigError(f"bootstrap={self.bootstrap}: expected 0 or more resamples")
-        # every run's training settings, --set included, are checked before any work
+
+    def check_training_settings(self) -> None:
+        """Every run's training settings, ``--set`` included: refused before any work (not
+        in ``__post_init__``: that would import torch wherever settings are made)."""
         from adni_pu.workflows.train import load_volume_config
 
         values = method_settings(self.epochs, self.seed, self.threads, self.out / "cache")
@@ -393,6 +396,7 @@ def run_demo(settings: DemoSettings, log: Callable[[str], None] = print) -> Path
     from adni_pu.workflows.crossval import fold_manifests
     from adni_pu.workflows.demo_report import render_report
 
+    settings.check_training_settings()
     out = fileio.check_out_dir(settings.out, "the demo's files")
     out.mkdir(parents=True, exist_ok=True)
     times: dict[str, float] = {}
