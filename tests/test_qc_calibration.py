@@ -191,3 +191,21 @@ def test_package_head_passes_the_whole_pipeline(name, tmp_path) -> None:
         pytest.skip(f"{name} not in runs/qc-heads (run benchmarks/qc_calibration.py)")
     row = preprocess_scan(files["image"], tmp_path / "out", PreprocessConfig())
     assert row["status"] == "done", row
+
+
+def test_rejudge_applies_todays_limits_and_labels_misregistration_by_displacement() -> None:
+    cal = _calibration()
+    base = {"head": "h", "note": "", "problems": ["old"], "failed": ["old"]}
+    recs = [
+        {**base, "case": "h:as_given", "label": "good", "truth": None,
+         "metrics": _good_metrics(registration_gain=0.029)},
+        {**base, "case": "h:misreg_5degx_0mmx", "label": "broken",
+         "truth": {"registration_error_mm": 3.5}, "metrics": _good_metrics()},
+        {**base, "case": "misreg_0degx_5mmy", "label": "info",
+         "truth": {"registration_error_mm": 4.9}, "metrics": _good_metrics()},
+    ]
+    out = cal.rejudge(recs, QCSettings())
+    assert out[0]["problems"] == [] and out[0]["label"] == "good"
+    assert out[1]["label"] == "info"  # 3.5 mm: below MISREG_BROKEN_MM
+    assert out[2]["label"] == "broken" and out[2]["head"] == "h"
+    assert recs[0]["problems"] == ["old"]  # the input is left as it was
