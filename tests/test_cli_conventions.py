@@ -114,6 +114,24 @@ def test_preprocess_prints_the_next_steps(tmp_path, monkeypatch):
     assert f"adni-pu cohort build ADNIMERGE.csv {Path(out) / 'summary.csv'}" in result.output
 
 
+def test_preprocess_prints_redone_scans_and_kept_rows(tmp_path, monkeypatch):
+    import adni_pu.preprocessing as prep
+
+    def fake_run(inputs, output, cfg, **kwargs):
+        return pd.DataFrame({
+            "status": ["done", "done", "stale"], "subject_id": ["a", "b", "c"],
+            "session_id": ["1", "1", "1"], "error": ["", "", ""],
+            "note": ["redone: the input changed since its outputs were made", "",
+                     "kept from an earlier run into this folder, made with other settings"]})
+
+    monkeypatch.setattr(prep, "run_preprocessing", fake_run)
+    result = runner.invoke(app, ["preprocess", str(tmp_path), str(tmp_path / "p"),
+                                 "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert "  done: sub-a ses-1: redone: the input changed" in result.output
+    assert "1 row(s) kept from earlier runs into this folder (1 stale or missing" in result.output
+
+
 def test_every_library_error_derives_from_one_base_and_keeps_its_builtin():
     import inspect
 

@@ -59,9 +59,10 @@ def preprocess(
     for row in summary.itertuples():
         if row.status in ("failed", "failed-qc"):
             typer.echo(f"  {row.status}: sub-{row.subject_id} ses-{row.session_id}: {row.error}")
-        elif str(row.note).startswith("redone"):
+        elif str(getattr(row, "note", "")).startswith("redone"):
             typer.echo(f"  {row.status}: sub-{row.subject_id} ses-{row.session_id}: {row.note}")
-    kept = summary["note"].astype(str).str.startswith("kept from an earlier run")
+    notes = summary["note"] if "note" in summary.columns else summary["status"].iloc[:0]
+    kept = notes.astype(str).str.startswith("kept from an earlier run")
     if kept.any():
         unusable = summary.loc[kept, "status"].isin(["stale", "missing"]).sum()
         typer.echo(f"  {int(kept.sum())} row(s) kept from earlier runs into this folder "
