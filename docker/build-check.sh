@@ -33,6 +33,9 @@ usage: docker/build-check.sh [options]
   --workdir DIR         container storage, base tarball and logs
                         (default /var/tmp/adni-pu-build-check; emptied first)
   --demo-subjects N     subjects of the demo run inside the image (default 18)
+  --demo-preprocessing P  the demo's --preprocessing: ideal (default: the generator's
+                        volumes; the self-check already runs the real pipeline on one scan)
+                        or real (every scan through deepbet and registration: ~30 s a scan)
   --no-build            check and run the image that the last run built in --workdir
                         (no base, no build; the work folder is kept)
   --no-install          do not apt-get install missing packages; fail instead
@@ -52,6 +55,7 @@ TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt
 EXPORT=""
 DEMO_SUBJECTS=18
+DEMO_PREPROCESSING=ideal
 INSTALL=1
 CLEAN=0
 BUILD=1
@@ -64,6 +68,7 @@ while [[ $# -gt 0 ]]; do
         --export) [[ $# -ge 2 ]] || die "--export needs a folder"; EXPORT=$2; shift 2 ;;
         --workdir) [[ $# -ge 2 ]] || die "--workdir needs a folder"; WORKDIR=$2; shift 2 ;;
         --demo-subjects) [[ $# -ge 2 ]] || die "--demo-subjects needs a number"; DEMO_SUBJECTS=$2; shift 2 ;;
+        --demo-preprocessing) [[ $# -ge 2 ]] || die "--demo-preprocessing needs ideal or real"; DEMO_PREPROCESSING=$2; shift 2 ;;
         --no-install) INSTALL=0; shift ;;
         --no-build) BUILD=0; shift ;;
         --clean) CLEAN=1; shift ;;
@@ -75,6 +80,8 @@ done
 # ---------------------------------------------------------------- preconditions
 [[ $EUID -eq 0 ]] || die "must run as root (buildah with chroot isolation and unshare --net need it): sudo bash $0"
 [[ "$DEMO_SUBJECTS" =~ ^[0-9]+$ ]] || die "--demo-subjects must be a whole number, got '$DEMO_SUBJECTS'"
+[[ "$DEMO_PREPROCESSING" == ideal || "$DEMO_PREPROCESSING" == real ]] \
+    || die "--demo-preprocessing must be ideal or real, got '$DEMO_PREPROCESSING'"
 [[ -z "$TORCH_WHEELS" || -d "$TORCH_WHEELS" ]] || die "--torch-wheels: no folder $TORCH_WHEELS"
 [[ "$CA_BUNDLE" == none || -f "$CA_BUNDLE" ]] || die "--ca-bundle: no file $CA_BUNDLE (or give none)"
 [[ -f "$ROOT/docker/Dockerfile" && -f "$ROOT/pyproject.toml" ]] \
@@ -269,11 +276,12 @@ say "self-check, no network interface, uid $uid: $(grep '^selfcheck ok' "$WORKDI
 
 timed "the demo" "$WORKDIR/logs/demo.log" \
     unshare --net buildah "${STORE[@]}" "${RUN_ARGS[@]}" \
-    adni-pu demo --subjects "$DEMO_SUBJECTS" --epochs 1 --methods nnpu --folds 2 --out /runs/demo
+    adni-pu demo --subjects "$DEMO_SUBJECTS" --epochs 1 --methods nnpu --folds 2 \
+    --preprocessing "$DEMO_PREPROCESSING" --out /runs/demo
 DEMO_S=$ELAPSED
 report_owner=$(B "${RUN_ARGS[@]}" stat -c '%u %s' /runs/demo/report.md) || die "the demo wrote no /runs/demo/report.md"
 [[ "${report_owner%% *}" == "$uid" && "${report_owner##* }" -gt 0 ]] || die "/runs/demo/report.md: owner and size '$report_owner', want uid $uid and some bytes"
-say "demo (--subjects $DEMO_SUBJECTS --epochs 1 --methods nnpu, no network interface, uid $uid): /runs/demo/report.md written, ${DEMO_S} s"
+say "demo (--subjects $DEMO_SUBJECTS --epochs 1 --methods nnpu --preprocessing $DEMO_PREPROCESSING, no network interface, uid $uid): /runs/demo/report.md written, ${DEMO_S} s"
 B rm "$CONTAINER" > /dev/null
 CONTAINER=""
 
@@ -335,5 +343,5 @@ build-check: passed
   builders:   buildah $(buildah --version | awk '{print $3}') (chroot isolation, vfs), podman $(podman --version | awk '{print $3}'), mmdebstrap $(mmdebstrap --version | awk '{print $2}')
   base:       Debian $DEBIAN_RELEASE minbase, $base_python
   image:      $IMAGE, $SIZE; built in ${BUILD_S} s
-  in image:   uid $uid; --version ${VERSION_S} s; self-check ${SELFCHECK_S} s; demo ${DEMO_S} s
+  in image:   uid $uid; --version ${VERSION_S} s; self-check ${SELFCHECK_S} s; demo (${DEMO_PREPROCESSING} preprocessing) ${DEMO_S} s
 EOF
