@@ -207,7 +207,7 @@ BUILD_S=$(sed -n 's/^BUILD_S=//p' "$WORKDIR/build.env")
 base_python=$(sed -n 's/^BASE_PYTHON=//p' "$WORKDIR/build.env")
 SIZE_BYTES=$(podman "${STORE[@]}" image inspect --format '{{.Size}}' "$IMAGE") \
     || die "cannot read the size of $IMAGE"
-SIZE=$(numfmt --to=si --suffix=B "$SIZE_BYTES")
+SIZE=$(numfmt --to=si --round=nearest --suffix=B "$SIZE_BYTES")
 say "built $IMAGE in ${BUILD_S} s: $SIZE ($SIZE_BYTES bytes)"
 say "  build-time self-check: $selfcheck_build"
 
@@ -303,7 +303,7 @@ if [[ -n "$EXPORT" ]]; then
     B push -q "$IMAGE" "oci-archive:$oci_tar:$VERSION-cpu" >> "$WORKDIR/logs/export.log" 2>&1 \
         || die "buildah push oci-archive failed: see $WORKDIR/logs/export.log"
     EXPORT_S=$(( $(date +%s) - t0 ))
-    python3 - "$docker_tar" "$oci_tar" "$VERSION" "$USER_SPEC" <<'EOF' || die "the exported archives do not hold the image (see above)"
+    archives=$(python3 - "$docker_tar" "$oci_tar" "$VERSION" "$USER_SPEC" 2>&1 <<'EOF'
 import json, sys, tarfile
 docker_tar, oci_tar, version, user = sys.argv[1:]
 
@@ -317,8 +317,10 @@ def check_config(config: dict, where: str) -> None:
 
 with tarfile.open(docker_tar) as tar:  # docker-archive: what `docker save` writes
     manifest = json.load(tar.extractfile("manifest.json"))
-    if len(manifest) != 1 or manifest[0]["RepoTags"] != [f"adni-pu:{version}-cpu"]:
-        sys.exit(f"{docker_tar}: manifest {manifest}")
+    # one image, under the tag given (buildah adds the image's own name beside it)
+    tag = f"docker.io/library/adni-pu:{version}-cpu"
+    if len(manifest) != 1 or tag not in manifest[0]["RepoTags"]:
+        sys.exit(f"{docker_tar}: {len(manifest)} image(s), tags {manifest[0]['RepoTags']}, want {tag}")
     names = set(tar.getnames())
     missing = [layer for layer in manifest[0]["Layers"] if layer not in names]
     if missing:
@@ -337,6 +339,7 @@ with tarfile.open(oci_tar) as tar:  # oci-archive: an OCI image layout in a tar
     if missing:
         sys.exit(f"{oci_tar}: layers missing: {missing}")
 EOF
+) || die "the exported archives do not hold the image: $(tail -n 1 <<< "$archives")"
     say "exported in ${EXPORT_S} s: $docker_tar ($(du -h "$docker_tar" | cut -f1)), $oci_tar ($(du -h "$oci_tar" | cut -f1)); manifests, layers, labels, user and entrypoint checked"
     say "  Apptainer: cp $docker_tar adni-pu.tar && apptainer build adni-pu.sif docker/adni-pu.def && apptainer test adni-pu.sif"
     say "  or: apptainer build adni-pu.sif oci-archive://$oci_tar"
