@@ -1,11 +1,14 @@
-"""Container files: hadolint on the Dockerfile, the compose file against the Compose spec,
-one list of pins for the image and scripts/setup.sh, the Apptainer definition, the self-check.
+"""Container files: hadolint on the Dockerfile (and nothing buildah rejects), the build check
+script, the compose file against the Compose spec, one list of pins for the image and
+scripts/setup.sh, the Apptainer definition, the self-check.
 
-No Docker engine is needed: nothing here builds or runs the image (docs/deployment.md).
+No Docker engine, buildah or network is needed: nothing here builds or runs the image;
+docker/build-check.sh does, as root (docs/deployment.md, section 2).
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import shutil
@@ -103,8 +106,35 @@ def test_dockerfile_conventions() -> None:
         assert f"org.opencontainers.image.{label}=" in text
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     assert f"ARG VERSION={version}" in lines
-    # the offline check runs at build time with the network off
-    assert any(ln.startswith("RUN --network=none") and "selfcheck.py" in ln for ln in lines)
+    # the offline check runs at build time (every connection refused in its process)
+    assert any(ln.startswith("RUN ") and "selfcheck.py" in ln for ln in lines)
+
+
+def _run_flags(line: str) -> list[str]:
+    """The flags of one RUN instruction (`RUN --mount=... cmd` -> ['--mount=...'])."""
+    return re.match(r"RUN\s+((?:--\S+\s+)*)", line).group(1).split()
+
+
+def test_dockerfile_builds_with_buildah_too() -> None:
+    """No instruction that only BuildKit accepts: buildah 1.28 (Debian 12) rejects every RUN
+    flag but --mount (`RUN --network=none`: "RUN only supports the --mount flag") and RUN
+    heredocs; docker/build-check.sh builds the file with it."""
+    assert _run_flags("RUN --network=none python x.py") == ["--network=none"]  # caught
+    lines = _logical_lines((DOCKER / "Dockerfile").read_text())
+    runs = [ln for ln in lines if ln.startswith("RUN ")]
+    assert runs
+    for line in runs:
+        assert all(f.startswith("--mount=") for f in _run_flags(line)), line
+        assert not re.match(r"RUN\s+(--\S+\s+)*<<", line), line
+    # the base is a build argument, so a stand-in made from Debian's packages can replace it
+    froms = [ln for ln in lines if ln.startswith("FROM ")]
+    assert all(ln.split()[1] == "${BASE_IMAGE}" for ln in froms), froms
+    assert "ARG BASE_IMAGE=python:${PYTHON_VERSION}-slim-${DEBIAN_RELEASE}" in lines
+    # the torch source reaches pip through pip's own variables (empty: not used)
+    torch_install = next(ln for ln in runs if "pip install" in ln and "torch" in ln.split())
+    assert 'PIP_EXTRA_INDEX_URL="${TORCH_INDEX_URL}"' in torch_install
+    assert 'PIP_FIND_LINKS="${TORCH_FIND_LINKS}"' in torch_install
+    assert "ARG TORCH_FIND_LINKS=" in lines
 
 
 def test_dockerignore_admits_exactly_what_the_image_copies() -> None:
@@ -118,6 +148,70 @@ def test_dockerignore_admits_exactly_what_the_image_copies() -> None:
     assert copied == allowed
     for path in copied:
         assert (ROOT / path).exists(), path
+
+
+# ------------------------------------------------------------------ docker/build-check.sh
+
+CHECK = DOCKER / "build-check.sh"
+
+
+def test_build_check_passes_shellcheck(tmp_path) -> None:
+    shellcheck = _tool("shellcheck")
+    ok = subprocess.run([shellcheck, str(CHECK)], capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    bad = tmp_path / "build-check.sh"  # the lint really runs: an unquoted variable is reported
+    bad.write_text(CHECK.read_text() + '\nrm -rf $WORKDIR/logs\n')
+    res = subprocess.run([shellcheck, str(bad)], capture_output=True, text=True)
+    assert res.returncode != 0 and "SC2086" in res.stdout
+    assert CHECK.read_text().splitlines()[:2] == ["#!/usr/bin/env bash",
+                                                  "# Build the CPU image without a Docker "
+                                                  "engine and run it: the daemonless build check."]
+    assert "set -euo pipefail" in CHECK.read_text()
+
+
+def _as_nobody(args: list[str]) -> subprocess.CompletedProcess:
+    """Run the script as an unprivileged user (setpriv when we are root)."""
+    cmd = ["bash", str(CHECK), *args]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        setpriv = shutil.which("setpriv")
+        if not setpriv:
+            pytest.skip("running as root without util-linux's setpriv")
+        cmd = [setpriv, "--reuid", "65534", "--regid", "65534", "--clear-groups", *cmd]
+    return subprocess.run(cmd, capture_output=True, text=True, cwd="/", timeout=60)
+
+
+def test_build_check_refuses_to_run_without_root() -> None:
+    res = _as_nobody(["--workdir", "/nonexistent/adni-pu-build-check"])
+    assert res.returncode == 1
+    assert res.stdout == ""
+    assert res.stderr.startswith("build-check: error: must run as root")
+    assert len(res.stderr.strip().splitlines()) == 1
+    # options are read first: --help answers anyone, an unknown option is one line
+    res = _as_nobody(["--help"])
+    assert res.returncode == 0 and "--torch-wheels DIR" in res.stdout
+    res = _as_nobody(["--no-such-option"])
+    assert res.returncode == 1
+    assert res.stderr.strip() == "build-check: error: unknown argument '--no-such-option' (see --help)"
+
+
+def test_build_check_checks_every_declared_label_and_passes_declared_args() -> None:
+    text = CHECK.read_text()
+    dockerfile = (DOCKER / "Dockerfile").read_text()
+    declared = set(re.findall(r"^\s+(org\.[\w.-]+)=", dockerfile, re.M))
+    declared |= set(re.findall(r"LABEL (org\.[\w.-]+)=", dockerfile))
+    assert len(declared) == 7, declared
+    assert {label for label in declared if f'"{label}"' not in text} == set()
+    # every --build-arg the script passes is an ARG of the Dockerfile (buildah would only warn)
+    args = {ln.split()[1].split("=")[0] for ln in _logical_lines(dockerfile) if ln.startswith("ARG ")}
+    passed = set(re.findall(r"--build-arg \"?(\w+)=", text))
+    assert passed >= {"BASE_IMAGE", "TORCH_VARIANT", "TORCH_INDEX_URL", "TORCH_FIND_LINKS",
+                      "VERSION", "BUILD_DATE", "GIT_COMMIT"}
+    assert passed <= args, passed - args
+    # the runs inside the image: as the image's user, the self-check and the demo offline
+    assert 'RUN_ARGS=(run --isolation chroot --user "$USER_SPEC"' in text
+    joined = re.sub(r"\\\n\s*", " ", text)
+    assert re.search(r"unshare --net buildah [^\n]*selfcheck\.py --require-no-network", joined)
+    assert re.search(r"unshare --net buildah [^\n]* adni-pu demo ", joined)
 
 
 # ------------------------------------------------------------------ one list of pins
@@ -232,14 +326,67 @@ def test_apptainer_definition_wraps_the_image() -> None:
 
 
 def test_selfcheck_blocks_the_network_and_finds_bundled_files() -> None:
+    """Run in a child process: the audit hook cannot be removed once added."""
     code = ("import sys; sys.path.insert(0, 'docker'); import selfcheck, urllib.request\n"
+            "import _socket, os, socket\n"
             "files = selfcheck.bundled_files(); assert all(f.stat().st_size > 1e6 for f in files)\n"
             "selfcheck.block_network()\n"
             "try:\n    urllib.request.urlopen('http://127.0.0.1:9/', timeout=2)\n"
-            "except selfcheck.NetworkUsed:\n    print('blocked')\n")
+            "except selfcheck.NetworkUsed:\n    print('blocked')\n"
+            # through the C module directly, past anything that patches socket.py
+            "s = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)\n"
+            "try:\n    s.connect(('127.0.0.1', 9))\n"
+            "except selfcheck.NetworkUsed:\n    print('blocked')\n"
+            # an attempt that a library catches and hides is still on record
+            "try:\n    socket.getaddrinfo('example.org', 443)\nexcept Exception:\n    pass\n"
+            "print(len(selfcheck.ATTEMPTS), os.environ['https_proxy'])\n"
+            # local sockets (multiprocessing's) keep working
+            "a, b = socket.socketpair(); a.sendall(b'x'); print(b.recv(1).decode())\n")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert res.returncode == 0, res.stderr
-    assert res.stdout.strip() == "blocked"
+    assert res.stdout.split("\n")[:4] == ["blocked", "blocked", "3 http://127.0.0.1:9", "x"]
+
+
+def _selfcheck_module():
+    sys.path.insert(0, str(DOCKER))
+    try:
+        import selfcheck
+    finally:
+        sys.path.remove(str(DOCKER))
+    return selfcheck
+
+
+def test_selfcheck_reads_the_network_interfaces(tmp_path, monkeypatch, capsys) -> None:
+    selfcheck = _selfcheck_module()
+    dev = tmp_path / "dev"
+    header = ("Inter-|   Receive |  Transmit\n"
+              " face |bytes    packets|bytes    packets\n")
+    dev.write_text(header + "    lo:       0       0\n")
+    assert selfcheck.network_interfaces(dev) == ["lo"]
+    assert selfcheck.network_note(["lo"]) == "no network interface but loopback"
+    dev.write_text(header + "    lo:       0       0\n  eth0: 1689852945  12\n")
+    assert selfcheck.network_interfaces(dev) == ["lo", "eth0"]
+    assert "eth0 present" in selfcheck.network_note(["lo", "eth0"])
+    assert selfcheck.network_interfaces(tmp_path / "absent") is None
+    # --require-no-network refuses before anything runs (and before any hook is added)
+    monkeypatch.setattr(selfcheck, "network_interfaces", lambda: ["lo", "eth0"])
+    assert selfcheck.main(["--require-no-network"]) == 1
+    assert "--require-no-network: network interfaces eth0 present" in capsys.readouterr().err
+
+
+def test_selfcheck_sees_an_empty_network_namespace() -> None:
+    """What docker/build-check.sh relies on: under `unshare --net` only loopback is left."""
+    unshare = shutil.which("unshare")
+    probe = subprocess.run([unshare or "unshare", "--net", "true"], capture_output=True) \
+        if unshare else None
+    if probe is None or probe.returncode != 0:
+        pytest.skip("unshare --net needs util-linux and root")
+    code = ("import sys; sys.path.insert(0, 'docker'); import selfcheck\n"
+            "print(selfcheck.network_note(selfcheck.network_interfaces()))")
+    res = subprocess.run([unshare, "--net", sys.executable, "-c", code], capture_output=True,
+                         text=True, cwd=ROOT)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "no network interface but loopback"
 
 
 @pytest.mark.slow
