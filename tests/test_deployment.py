@@ -170,14 +170,22 @@ def test_build_check_passes_shellcheck(tmp_path) -> None:
 
 
 def _as_nobody(args: list[str]) -> subprocess.CompletedProcess:
-    """Run the script as an unprivileged user (setpriv when we are root)."""
-    cmd = ["bash", str(CHECK), *args]
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        setpriv = shutil.which("setpriv")
-        if not setpriv:
-            pytest.skip("running as root without util-linux's setpriv")
-        cmd = [setpriv, "--reuid", "65534", "--regid", "65534", "--clear-groups", *cmd]
-    return subprocess.run(cmd, capture_output=True, text=True, cwd="/", timeout=60)
+    """Run the script as an unprivileged user (setpriv when we are root), from a copy in a
+    folder that user can read: a clone in a private folder (mktemp -d) is not readable."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        os.chmod(tmp, 0o755)
+        script = Path(tmp) / "build-check.sh"
+        shutil.copy(CHECK, script)
+        os.chmod(script, 0o644)
+        cmd = ["bash", str(script), *args]
+        if hasattr(os, "geteuid") and os.geteuid() == 0:
+            setpriv = shutil.which("setpriv")
+            if not setpriv:
+                pytest.skip("running as root without util-linux's setpriv")
+            cmd = [setpriv, "--reuid", "65534", "--regid", "65534", "--clear-groups", *cmd]
+        return subprocess.run(cmd, capture_output=True, text=True, cwd="/", timeout=60)
 
 
 def test_build_check_refuses_to_run_without_root() -> None:
