@@ -264,3 +264,20 @@ def test_bids_style_names_in_a_flat_folder_give_the_bids_subject_and_session(
     one = discover_scans(tmp_path / "flat" / "sub-colin27_T1w.nii.gz")[0]
     assert (one.subject_id, one.label) == ("colin27", "sub-colin27_ses-01")
     assert discover_scans([tmp_path / "flat" / "sub-colin27_T1w.nii.gz"])[0].subject_id == "colin27"
+
+
+def test_discovery_modules_form_no_import_circle() -> None:
+    """scans is a leaf; adni_layout reads scan records from it, never from io (issue 24)."""
+    import ast
+
+    import adni_pu.preprocessing as prep
+
+    def relative_imports(name: str) -> set[str]:
+        tree = ast.parse((Path(prep.__file__).parent / f"{name}.py").read_text())
+        return {node.module or "" for node in ast.walk(tree)
+                if isinstance(node, ast.ImportFrom) and node.level == 1}
+
+    assert relative_imports("scans") == set()
+    assert "io" not in relative_imports("adni_layout")
+    assert {"scans", "adni_layout"} <= relative_imports("io")
+    assert prep.Scan is __import__("adni_pu.preprocessing.scans", fromlist=["Scan"]).Scan

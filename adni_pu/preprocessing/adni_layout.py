@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .config import DiscoverySettings
-from .io import (
+from .scans import (
     DEFAULT_SESSION,
     EXTRA_T1,
     NOT_T1,

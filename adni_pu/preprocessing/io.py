@@ -11,12 +11,9 @@ plausible 3D T1 scan.
 from __future__ import annotations
 
 import csv
-import datetime as dt
 import gzip
 import os
-import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -24,115 +21,25 @@ import numpy as np
 from adni_pu.errors import ScanError
 from adni_pu.fileio import write_temporary as write_file_atomic  # tests replace it here
 
+from .adni_layout import discover_adni, is_adni_download
 from .config import DiscoverySettings, ValidationSettings
-
-NIFTI_SUFFIXES = (".nii", ".nii.gz")
-
-
-@dataclass(frozen=True)
-class Scan:
-    """One input scan: who, which visit, and where it lives (a file or a DICOM folder).
-
-    ``acquisition_date`` (``YYYY-MM-DD``), ``image_id`` and ``series_description`` are
-    known for an ADNI download (and from a CSV that has them); they go into summary.csv,
-    where the cohort builder matches the scan to its clinical visit by date.
-    """
-
-    subject_id: str
-    session_id: str
-    path: Path
-    acquisition_date: str = ""
-    image_id: str = ""
-    series_description: str = ""
-
-    def summary_fields(self) -> dict[str, str]:
-        """This scan's identifying columns of summary.csv."""
-        return {"subject_id": self.subject_id, "session_id": self.session_id,
-                "acquisition_date": self.acquisition_date, "image_id": self.image_id,
-                "series_description": self.series_description, "input_path": str(self.path)}
-
-    @property
-    def label(self) -> str:
-        """BIDS-style prefix of every output file of this scan."""
-        return f"sub-{bids_label(self.subject_id)}_ses-{bids_label(self.session_id)}"
-
-    def out_dir(self, output: Path) -> Path:
-        """Folder of this scan's outputs under ``output``."""
-        return (
-            Path(output)
-            / f"sub-{bids_label(self.subject_id)}"
-            / f"ses-{bids_label(self.session_id)}"
-        )
-
-
-DEFAULT_SESSION = "01"
-
-#: summary.csv statuses of inputs found but not processed (see :class:`Excluded`).
-NOT_T1 = "not-t1"
-EXTRA_T1 = "extra-t1"
-
-
-@dataclass(frozen=True)
-class Excluded:
-    """An input found but not processed, and why: a series that is not a T1 (``not-t1``),
-    a T1 beaten by another of the same visit (``extra-t1``), or an image folder that
-    cannot be used (``failed``). Each becomes a summary.csv row with the reason in ``error``.
-    """
-
-    scan: Scan
-    status: str
-    reason: str
-
-    def row(self) -> dict:
-        """This input's summary.csv row."""
-        return {**self.scan.summary_fields(), "status": self.status, "preprocessed_path": "",
-                "error": self.reason, "seconds": 0.0}
-
-
-@dataclass
-class Discovery:
-    """What :func:`discover` found: the scans to process and the inputs left out."""
-
-    scans: list[Scan]
-    excluded: list[Excluded]
-
-
-def bids_label(text: str) -> str:
-    """``text`` with everything but letters and digits removed (BIDS labels are alphanumeric)."""
-    label = re.sub(r"[^A-Za-z0-9]", "", str(text))
-    if not label:
-        raise ScanError(f"identifier {text!r} has no letters or digits to name files with")
-    return label
-
-
-def _is_nifti(path: Path) -> bool:
-    return path.is_file() and path.name.lower().endswith(NIFTI_SUFFIXES)
-
-
-def _stem(path: Path) -> str:
-    name = path.name
-    for suffix in (".nii.gz", ".nii"):
-        if name.lower().endswith(suffix):
-            return name[: -len(suffix)]
-    return path.stem
-
-
-def _bids_entity(name: str, key: str) -> str | None:
-    match = re.search(rf"(?:^|_){key}-([A-Za-z0-9]+)", name)
-    return match.group(1) if match else None
-
-
-def scan_from_file(path: Path) -> Scan:
-    """The scan of one NIfTI file outside a BIDS tree: a BIDS-style name
-    (``sub-01_ses-M12_run-2_T1w.nii.gz``) gives its subject and session (run appended, as in
-    a BIDS tree); any other name is the subject, with the default session."""
-    stem = _stem(path)
-    subject = _bids_entity(stem, "sub")
-    if subject is None:
-        return Scan(stem, DEFAULT_SESSION, path)
-    session = _bids_entity(stem, "ses") or DEFAULT_SESSION
-    run = _bids_entity(stem, "run")
-    return Scan(subject, f"{session}run{run}" if run is not None else session, path)
+from .scans import (  # noqa: F401 - re-exported: io is where callers have found them
+    DEFAULT_SESSION,
+    EXTRA_T1,
+    NIFTI_SUFFIXES,
+    NOT_T1,
+    Discovery,
+    Excluded,
+    Scan,
+    _bids_entity,
+    _dicom_dirs,
+    _is_nifti,
+    _looks_like_dicom,
+    _stem,
+    bids_label,
+    parse_date,
+    scan_from_file,
+)
 
 
 def _is_bids(root: Path) -> bool:
@@ -161,41 +68,6 @@ def _discover_bids(root: Path) -> list[Scan]:
                 session = f"{session}run{run}"
             scans.append(Scan(subject, session, path))
     return scans
-
-
-def _looks_like_dicom(path: Path) -> bool:
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(128)
-            return handle.read(4) == b"DICM"
-    except OSError:
-        return False
-
-
-def _dicom_dirs(root: Path) -> list[Path]:
-    found = []
-    for folder, _dirs, files in os.walk(root):
-        files = [f for f in files if not f.startswith(".")]
-        if any(_looks_like_dicom(Path(folder) / f) for f in files[:5]):
-            found.append(Path(folder))
-    return sorted(found)
-
-
-def parse_date(text: str) -> str | None:
-    """``YYYY-MM-DD`` from an ISO date (time allowed) or ADNI's ``m/d/YYYY``; None if neither."""
-    text = text.strip()
-    match = re.match(r"^(\d{4})-(\d{1,2})-(\d{1,2})(?:$|[ T_])", text)
-    if match:
-        parts = (match.group(1), match.group(2), match.group(3))
-    else:
-        match = re.match(r"^(\d{1,2})/(\d{1,2})/(\d{4})$", text)
-        if not match:
-            return None
-        parts = (match.group(3), match.group(1), match.group(2))
-    try:
-        return dt.date(int(parts[0]), int(parts[1]), int(parts[2])).isoformat()
-    except ValueError:
-        return None
 
 
 def read_scan_list_csv(path: Path) -> list[Scan]:
@@ -272,8 +144,6 @@ def discover(
         if root.suffix.lower() == ".csv":
             return Discovery(_check_unique(read_scan_list_csv(root)), [])
         return Discovery([scan_from_file(root)], [])
-    from .adni_layout import discover_adni, is_adni_download
-
     excluded: list[Excluded] = []
     if _is_bids(root):
         scans = _discover_bids(root)
