@@ -124,6 +124,19 @@ def input_identity(path: str | Path, known: dict[str, str] | None = None) -> dic
     return {"sha256": content_sha256(path), "stat": key}
 
 
+def same_file_as(target: str | Path, inputs: dict[str, Path]) -> str | None:
+    """The name of the input in ``inputs`` (what -> path) that ``target`` is, or None:
+    the same path, or the same file under another name (a link). For the checks that an
+    output never overwrites an input."""
+    target = Path(target)
+    for what, path in inputs.items():
+        path = Path(path)
+        if target.resolve() == path.resolve() or (
+                target.exists() and path.exists() and os.path.samefile(target, path)):
+            return what
+    return None
+
+
 def check_out_dir(out_dir: str | Path, contents: str = "the outputs") -> Path:
     """Refuse an output folder that is a file (or lies under one) before anything is written.
 

@@ -35,7 +35,7 @@ from adni_pu.cohort.report import HISTOGRAM_NAME, REPORT_NAME, class_prior_table
 from adni_pu.cohort.splits import assign_splits, check_manifest_splits
 from adni_pu.cohort.tables import _missing, apply, is_rid, load_clinical, load_scans
 from adni_pu.errors import CohortInputError, OutputError
-from adni_pu.fileio import atomic_write, atomic_write_text, sha256_file
+from adni_pu.fileio import atomic_write, atomic_write_text, same_file_as, sha256_file
 from adni_pu.fileio import check_out_dir as _check_out_dir
 
 #: Manifest columns, in order (docs/cohort.md describes each).
@@ -382,17 +382,17 @@ def check_not_inputs(out_dir: Path, names: list[str],
     ``inputs``: what each input is (e.g. ``"clinical table"``) -> its path. Raises
     :class:`OutputError` naming the output file and the input it would overwrite.
     """
-    given = {Path(p): what for what, p in inputs.items() if p is not None}
+    given = {what: Path(p) for what, p in inputs.items() if p is not None}
     for name in names:
         target = out_dir / name
         if not target.exists():
             continue
-        for path, what in given.items():
-            if path.exists() and os.path.samefile(target, path):
-                raise OutputError(
-                    f"output folder {out_dir}: writing {name} would overwrite the {what} "
-                    f"{path}, an input of this build; choose another output folder (or move "
-                    "the input out of it)")
+        what = same_file_as(target, given)
+        if what is not None:
+            raise OutputError(
+                f"output folder {out_dir}: writing {name} would overwrite the {what} "
+                f"{given[what]}, an input of this build; choose another output folder (or "
+                "move the input out of it)")
 
 
 def _inputs_of(cohort: Cohort) -> dict[str, str | Path | None]:

@@ -46,9 +46,10 @@ def check_table_out(out: Path, inputs: list[Path]) -> None:
     """Refuse a table path that would overwrite an input scan or any file that is not a
     CSV (a model, a volume): predict writes its table there whole."""
     from adni_pu.errors import OutputError
+    from adni_pu.fileio import same_file_as
 
     target = out.resolve()
-    if any(target == p.resolve() for p in inputs):
+    if same_file_as(out, {str(p): p for p in inputs}) is not None:
         raise OutputError(f"--out {out}: is one of the input scans; expected a new path for "
                           "the predictions table (CSV)")
     if target.exists() and (not target.is_file() or target.suffix.lower() != ".csv"):
