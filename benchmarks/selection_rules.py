@@ -43,6 +43,7 @@ import numpy as np
 import tomllib
 
 from adni_pu.fileio import atomic_write_text
+from adni_pu.pu import selection
 from adni_pu.pu.metrics import average_logits, sigmoid
 from adni_pu.pu.recorders import read_metrics_csv
 
@@ -110,27 +111,11 @@ def load_record(seed_dir: Path) -> ValidationRecord:
 
 
 def _pool(names: list[str], final_model: str = "best") -> list[str]:
-    """The models that compete at an epoch whose logits hold ``names``: the trainer's
-    candidates (the teachers once they exist, else the students), or only the teachers'
-    average with ``final_model = "average"``. (An "average" column is recorded wherever the
-    average competed under the run's own rule, e.g. every epoch under ``selection =
-    "final"``; the rules here decide for themselves whether it competes.)"""
-    teachers = [n for n in names if n.startswith("teacher")]
-    if teachers and final_model == "average":
-        return ["average"]
-    return teachers or [n for n in names if n != "average"]
-
-
-def pu_risks(loss_pos: np.ndarray, loss_neg: np.ndarray, p_mask: np.ndarray,
-             u_mask: np.ndarray, prior: float, prior_u: float) -> np.ndarray:
-    """The unbiased sigmoid-loss PU risk of every row, on the examples the masks select.
-
-    ``loss_pos`` / ``loss_neg``: sigmoid losses l(g, +1) / l(g, -1) per row and example; the
-    formula is :func:`adni_pu.pu.losses.pu_risk`'s (tests check they agree)."""
-    p = p_mask.astype(np.float64) / max(int(p_mask.sum()), 1)
-    u = u_mask.astype(np.float64) / max(int(u_mask.sum()), 1)
-    scale = (1.0 - prior) / (1.0 - prior_u)
-    return prior * (loss_pos @ p) + scale * (loss_neg @ u - prior_u * (loss_neg @ p))
+    """The models that compete at an epoch whose logits hold ``names`` (the trainer's
+    :func:`~adni_pu.pu.selection.pool` under ``best_epoch``). (An "average" column is
+    recorded wherever the average competed under the run's own rule, e.g. every epoch under
+    ``selection = "final"``; the rules here decide for themselves whether it competes.)"""
+    return selection.pool(selection.candidates_among(names), final_model, "best_epoch")
 
 
 Rule = Callable[[ValidationRecord, np.ndarray], int]
@@ -208,8 +193,8 @@ def held_out(rec: ValidationRecord, named_rules: dict[str, Rule], n_halvings: in
     in_u = rec.u_mask()
     out: dict[str, list[float]] = {name: [] for name in named_rules}
     for a, b in halvings(rec, n_halvings, seed):
-        ra = pu_risks(loss_pos, loss_neg, rec.labelled & a, in_u & a, rec.prior, rec.prior_u)
-        rb = pu_risks(loss_pos, loss_neg, rec.labelled & b, in_u & b, rec.prior, rec.prior_u)
+        ra = selection.pu_risks(loss_pos, loss_neg, rec.labelled & a, in_u & a, rec.prior, rec.prior_u)
+        rb = selection.pu_risks(loss_pos, loss_neg, rec.labelled & b, in_u & b, rec.prior, rec.prior_u)
         for name, rule in named_rules.items():
             out[name].append(float(rb[rule(rec, ra)]))
             out[name].append(float(ra[rule(rec, rb)]))
@@ -219,7 +204,7 @@ def held_out(rec: ValidationRecord, named_rules: dict[str, Rule], n_halvings: in
 def full_choices(rec: ValidationRecord, named_rules: dict[str, Rule]
                  ) -> dict[str, tuple[int, str, float]]:
     """Each rule applied to the whole validation split: (epoch, model, its risk)."""
-    risk = pu_risks(sigmoid(-rec.logits), sigmoid(rec.logits), rec.labelled, rec.u_mask(),
+    risk = selection.pu_risks(sigmoid(-rec.logits), sigmoid(rec.logits), rec.labelled, rec.u_mask(),
                     rec.prior, rec.prior_u)
     out = {}
     for name, rule in named_rules.items():

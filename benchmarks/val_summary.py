@@ -32,7 +32,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from adni_pu.pu.trainer import LOWER_IS_BETTER  # the trainer's own criteria
+from adni_pu.pu import selection
+from adni_pu.pu.selection import LOWER_IS_BETTER  # the trainer's own criteria
 
 
 def _float(value: str | None) -> float | None:
@@ -78,11 +79,8 @@ def summarise_seed(seed_dir: Path, criterion: str = "pu_risk") -> dict[str, Any]
                     "test_accuracy": test(row, chosen)}
     last = rows[-1]
     last_scores = scores(last)
-    teachers = {k: v for k, v in last_scores.items() if k.startswith("teacher")}
-    students = {k: v for k, v in last_scores.items()
-                if k.startswith("student") or k == "model"}
-    finalists = teachers or students
-    pick = (min if lower else max)(finalists, key=lambda k: (finalists[k], k)) if finalists else None
+    finalists = {k: last_scores[k] for k in selection.candidates_among(list(last_scores))}
+    pick = selection.choose(finalists, lower) if finalists else None
     each = {k: test(last, k) for k in finalists}
     recorded = _recorded_finalists(seed_dir, criterion)
     if recorded is not None:  # the trainer's own finalists (the teachers' average included)

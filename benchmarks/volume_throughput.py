@@ -88,7 +88,7 @@ def main() -> None:
     from adni_pu.fileio import atomic_write_text
     from adni_pu.models.cnn3d import build_cnn3d
     from adni_pu.provenance import provenance
-    from adni_pu.pu.trainer import channels_last, to_layout
+    from adni_pu.pu.device_data import channels_last, to_layout
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)

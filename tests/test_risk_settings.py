@@ -12,6 +12,7 @@ import torch
 from conftest import tiny_config
 
 from adni_pu.pu import calibration, losses, selfpu_loss
+from adni_pu.pu.batching import EpochPlan
 from adni_pu.pu.config import SelfPUConfig
 from adni_pu.pu.trainer import Trainer
 from adni_pu.pu.trusted_set import (
@@ -68,7 +69,7 @@ def test_band_layout_and_prior_in_the_trainer(tiny_pu):
     cfg = tiny_config(method="selfpu", selfpu={"warmup_epochs": 0, "rest_risk": "band",
                                                "reweight": False})
     trainer = Trainer(cfg, tiny_pu)
-    trainer._select(0)
+    trainer.strategy.select(0)
     st = trainer.students[0]
     scores = 1 / (1 + np.exp(-trainer.predict_logits(st.model, tiny_pu.train)))
     expected = band_positives(scores, tiny_pu.train.labelled, st.trusted)
@@ -85,7 +86,7 @@ def test_band_layout_and_prior_in_the_trainer(tiny_pu):
         t = Trainer(tiny_config(method="selfpu", selfpu={
             "warmup_epochs": 0, "rest_risk": "band", "reweight": False,
             "band_prior": where}), tiny_pu)
-        t._select(0)
+        t.strategy.select(0)
         return t
 
     # f_band from the validation split's labelled positives
@@ -103,18 +104,19 @@ def test_band_layout_and_prior_in_the_trainer(tiny_pu):
         band_prior(trainer.prior_u, trainer.n_u, len(on_train.students[0].trusted), f_band,
                    trainer.n_p))
     assert f_val != f_band  # the two estimates differ on this data, so both are checked
-    batches = trainer._epoch_batches(np.random.default_rng(0))
-    members = [s.trusted.membership(len(tiny_pu.train))[0] for s in trainer.students]
-    layouts = trainer._layouts(batches, members, 2)
+    batches = trainer.epoch_batches(np.random.default_rng(0))
+    trainer.strategy.begin_training(0, 2)
+    layouts = trainer.layouts(EpochPlan.of(batches), 2)
     for batch, lay in zip(batches, layouts):
-        rows = trainer.entry_base[batch]
-        want = np.flatnonzero(trainer.entry_s[batch].astype(bool) & np.isin(rows, expected))
+        rows = trainer.entries.base[batch]
+        want = np.flatnonzero(trainer.entries.s[batch].astype(bool) & np.isin(rows, expected))
         assert lay.band_pos[0].tolist() == want.tolist()
     # the default ("prior") builds no band rows
     plain = Trainer(tiny_config(method="selfpu", selfpu={"warmup_epochs": 0}), tiny_pu)
-    plain._select(0)
+    plain.strategy.select(0)
     assert plain.students[0].band_pos is None
-    lay = plain._layouts(batches, members, 2)[0]
+    plain.strategy.begin_training(0, 2)
+    lay = plain.layouts(EpochPlan.of(batches), 2)[0]
     assert lay.band_pos == []
 
 
@@ -169,7 +171,7 @@ def test_non_negativity_is_decided_on_the_unweighted_risk(mode, fired):
 def test_positive_share_batches(tiny_pu):
     trainer = Trainer(tiny_config(method="nnpu", batch_size=32, positive_share=0.25), tiny_pu)
     n_p, n_u = trainer.n_p, trainer.n_u
-    batches = trainer._epoch_batches(np.random.default_rng([0, 3]))
+    batches = trainer.epoch_batches(np.random.default_rng([0, 3]))
     assert len(batches) == math.ceil(n_u / 24)
     pos = [b[b < n_p] for b in batches]
     assert all(len(p) == 8 for p in pos)
@@ -182,7 +184,7 @@ def test_positive_share_batches(tiny_pu):
     counts = np.bincount(drawn, minlength=n_p)
     assert counts.max() - counts.min() <= 1
     # the same seed and epoch give the same batches (resume-safe)
-    again = trainer._epoch_batches(np.random.default_rng([0, 3]))
+    again = trainer.epoch_batches(np.random.default_rng([0, 3]))
     assert all(np.array_equal(a, b) for a, b in zip(batches, again))
 
 
@@ -191,7 +193,7 @@ def test_positive_share_with_distributed_sharding(tiny_pu):
 
     cfg = tiny_config(method="nnpu", batch_size=32, positive_share=0.25)
     trainer = Trainer(cfg, tiny_pu, distributed=DistributedRun(0, 3))
-    batches = trainer._epoch_batches(np.random.default_rng(0))
+    batches = trainer.epoch_batches(np.random.default_rng(0))
     assert len(batches) % 3 == 0 and len(batches) >= math.ceil(trainer.n_u / 24)
     assert all(np.sum(b < trainer.n_p) == 8 for b in batches)
     u_all = np.concatenate([b[b >= trainer.n_p] for b in batches])
@@ -276,13 +278,14 @@ def test_band_rest_rows_leave_out_the_labelled_copies(tiny_pu):
     cfg = tiny_config(method="selfpu", selfpu={"warmup_epochs": 0, "rest_risk": "band",
                                                "reweight": False})
     trainer = Trainer(cfg, tiny_pu)
-    trainer._select(0)
-    batches = trainer._epoch_batches(np.random.default_rng(0))
+    trainer.strategy.select(0)
+    batches = trainer.epoch_batches(np.random.default_rng(0))
     members = [s.trusted.membership(len(tiny_pu.train))[0] for s in trainer.students]
+    trainer.strategy.begin_training(0, 2)
     seen_copy = False
-    for batch, lay in zip(batches, trainer._layouts(batches, members, 2)):
-        rows = trainer.entry_base[batch]
-        s_b = trainer.entry_s[batch]
+    for batch, lay in zip(batches, trainer.layouts(EpochPlan.of(batches), 2)):
+        rows = trainer.entries.base[batch]
+        s_b = trainer.entries.s[batch]
         copies = (s_b == 0) & tiny_pu.train.labelled[rows]
         seen_copy |= bool(copies.any())
         rest = set(lay.rest[0].tolist())

@@ -51,12 +51,12 @@ def test_final_rule_chooses_among_the_finalists_after_the_last_epoch(tiny_pu, tm
     trainer = Trainer(cfg, tiny_pu, tmp_path / "run")
     fit = trainer.fit()
     last = fit.history[-1]
-    assert trainer.finalists() == finalists
+    assert trainer.strategy.finalists() == finalists
     assert fit.best_epoch == cfg.epochs - 1
     assert fit.best_candidate == chosen_by_validation(last, finalists)
     assert fit.best_score == last[f"val/{fit.best_candidate}/pu_risk"]
     # the selected state is the finalist as it is at the end
-    live = trainer.candidates()
+    live = trainer.strategy.candidates()
     if fit.best_candidate == "average":
         expected = {"average": [{k: v.cpu() for k, v in m.state_dict().items()}
                                 for m in live.values()]}
@@ -114,7 +114,7 @@ def test_best_epoch_rule_also_records_the_finalists(tiny_pu):
     assert "val/average/pu_risk" not in last  # metrics.csv keeps its columns under this rule
     assert {n: scores[n] for n in ("teacher1", "teacher2")} == {
         n: last[f"val/{n}/pu_risk"] for n in ("teacher1", "teacher2")}
-    average = trainer.finalist_models()["average"]
+    average = trainer.strategy.finalist_models()["average"]
     assert scores["average"] == pytest.approx(trainer.val_scores(
         trainer.predict_logits(average, tiny_pu.val))["pu_risk"], rel=1e-5)
     assert trainer.final["choice"] == min(scores, key=lambda n: (scores[n], n))
@@ -175,7 +175,7 @@ def test_trainer_recomputes_teacher_batchnorm_on_the_training_entries(tiny_pu):
     sp = {"teacher_average": "uniform", "teacher_bn": "recompute"}
     trainer = Trainer(selfpu(eval_batch_size=4096, selfpu=sp), tiny_pu)
     trainer.fit()
-    x = tiny_pu.train.x[torch.from_numpy(trainer.entry_base)]
+    x = tiny_pu.train.x[torch.from_numpy(trainer.entries.base)]
     for st in trainer.students:
         hidden = _first_batchnorm_input(st.teacher.model, x)
         bn = next(m for m in st.teacher.model.modules() if isinstance(m, _BatchNorm))

@@ -137,13 +137,13 @@ def test_meta_objective_is_the_pu_risk_of_the_validation_batch(tiny_pu):
     trainer = Trainer(tiny_config(method="selfpu"), tiny_pu)
     model = trainer.students[0].model
     rng = np.random.default_rng(0)
-    (x_val, s_val, truth, n_pos), = trainer._val_batches(rng, 1)
+    (x_val, s_val, truth, n_pos), = trainer.strategy.validation_batches(rng, 2, 1)
     # half labelled positives (all true positives), half drawn from the validation U set
     assert 0 < int(s_val.sum()) < len(s_val)
     assert (truth[s_val == 1] == 1).all()
     params = dict(model.named_parameters())
-    value = trainer._meta_objective(model, x_val, s_val, truth)(params)
-    assert trainer._meta_objective(model, x_val, s_val, truth, n_pos)(params) == value
+    value = trainer.strategy.meta_objective(model, x_val, s_val, truth)(params)
+    assert trainer.strategy.meta_objective(model, x_val, s_val, truth, n_pos)(params) == value
     logits = calibration.functional_forward(model, params, x_val)
     expected = losses.pu_risk(logits[s_val == 1], logits[s_val == 0], trainer.prior).unbiased
     assert value.item() == pytest.approx(expected.item())

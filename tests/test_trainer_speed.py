@@ -54,8 +54,7 @@ def _syncs_per_epoch(tiny_pu, batch_size: int, **cfg) -> list[list[str]]:
         st.optimizer.step = quiet_step
     calls = []
     for epoch in range(cfg["epochs"]):
-        if trainer.cfg.method == "selfpu" and trainer.selects_at(epoch):
-            trainer._select(epoch)
+        trainer.strategy.before_epoch(epoch, {})  # Self-PU's selection, outside the count
         with SyncSpy() as spy:
             trainer.train_epoch(epoch)
         calls.append(spy.calls)

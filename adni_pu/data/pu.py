@@ -15,13 +15,14 @@ Schemes (du Plessis et al.; Kiryo et al.):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
 import torch
 
-from adni_pu.errors import PUConstructionError
+from adni_pu.errors import ConfigError, PUConstructionError
 
 Scheme = Literal["case-control", "censoring"]
 
@@ -90,6 +91,17 @@ class PUData:
                 raise PUConstructionError(f"{split.name} split has no unlabelled example")
         if len(self.test) == 0:
             raise PUConstructionError("test split is empty")
+
+    def training_priors(self, configured: float | None) -> tuple[float, float]:
+        """(class prior, prior of D_U) that the risks use: the data's prior, which a prior
+        set in the training settings must equal (else the risks would use one value and
+        the unlabelled prior, and data.json, another)."""
+        if configured is not None and not math.isclose(configured, self.prior):
+            raise ConfigError(
+                f"prior = {configured} in the training settings differs from the class prior "
+                f"{self.prior} the data were built with; set the prior once")
+        prior = float(configured if configured is not None else self.prior)
+        return prior, prior if self.scheme == "case-control" else self.prior_u
 
     @property
     def prior_u(self) -> float:

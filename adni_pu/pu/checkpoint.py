@@ -34,7 +34,6 @@ from adni_pu import config as cfgmod
 from adni_pu.errors import ResumeError
 from adni_pu.fileio import atomic_torch_save
 from adni_pu.pu.config import TrainConfig
-from adni_pu.pu.teacher import MeanTeacher
 from adni_pu.pu.trusted_set import TrustedSet
 
 LAST = Path("checkpoints") / "last.pt"
@@ -78,6 +77,15 @@ def cpu_state(model: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
 
 
+def candidate_state(models: dict[str, nn.Module], candidates: dict[str, nn.Module],
+                    name: str) -> dict[str, Any]:
+    """The CPU state of the model ``name`` for the selection: one of ``models``, or the
+    ``"average"`` of the ``candidates`` (the teachers once they exist)."""
+    if name == "average":
+        return {"average": [cpu_state(m) for m in candidates.values()]}
+    return {"single": cpu_state({**models, **candidates}[name])}
+
+
 def save_last(trainer: Any, epoch: int, path: Path) -> None:
     """Write the resumable state of ``trainer`` after ``epoch`` to ``path``."""
     state = {
@@ -117,7 +125,6 @@ def read_last(path: Path, cfg: TrainConfig, device: torch.device, settings_file:
 
 def restore(trainer: Any, state: dict[str, Any]) -> None:
     """Put a checkpoint's students, history and selection back into ``trainer``."""
-    sp = trainer.cfg.selfpu
     for st, saved in zip(trainer.students, state["students"]):
         st.model.load_state_dict(saved["model"])
         st.optimizer.load_state_dict(saved["optimizer"])
@@ -125,8 +132,9 @@ def restore(trainer: Any, state: dict[str, Any]) -> None:
         st.trusted = TrustedSet.from_state(saved["trusted"])
         st.prior_rest = saved["prior_rest"]
         st.band_pos = saved["band_pos"]
-        if saved["teacher"] is not None:
-            st.teacher = MeanTeacher(st.model, sp.teacher_average, sp.ema_decay, sp.teacher_bn)
+    if any(saved["teacher"] is not None for saved in state["students"]):
+        trainer.strategy.make_teachers()  # the one place teachers are made
+        for st, saved in zip(trainer.students, state["students"]):
             st.teacher.load_state_dict(saved["teacher"])
     trainer.history = state["history"]
     trainer.best = state["best"]

@@ -55,7 +55,8 @@ def student_loss(logits: torch.Tensor, *, pos: Any, trusted: Any, rest_u: Any, n
 
     ``trusted`` are the batch rows in the student's trusted set, ``rest_u`` the unlabelled
     rows outside it; ``trusted_target()`` the soft labels of the trusted rows;
-    ``calibrate(entropy, negative loss)`` the meta step's weights (None: no reweighting).
+    ``calibrate(entropy, negative loss)`` the meta step's weights (None: no reweighting;
+    the strategy passes it only in the phases where the meta step runs).
     ``pos_neg``: the labelled-positive rows of the nnPU correction term (``rest_risk="band"``:
     those inside the score band; None: every labelled row; none in the batch: the term is
     zero). With ``sp.reweight_risk="mean-one"`` Kiryo's test reads the unweighted R_n.
@@ -72,10 +73,11 @@ def student_loss(logits: torch.Tensor, *, pos: Any, trusted: Any, rest_u: Any, n
     else:
         ce = logits.sum() * 0.0
     u_logits = logits[rest_u]
-    reweight = sp.reweight and (phase == 2 or sp.reweight_in_phase3) and n_rest > 0
+    # whether the meta step runs in this phase is the caller's rule (it passes calibrate)
+    reweight = calibrate is not None and n_rest > 0
     entropy_term = logits.sum() * 0.0
     weights_u = None
-    if reweight and calibrate is not None:
+    if reweight:
         h = losses.entropy(u_logits)
         l_neg = losses.sigmoid_loss(u_logits, -1.0)
         w = calibrate(h, l_neg)

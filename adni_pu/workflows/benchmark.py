@@ -154,7 +154,7 @@ def _finalist_diagnostics(trainer: Any, test: Any) -> dict[str, Any]:
 
     final = trainer.final or {}
     accuracy = {name: binary_metrics(trainer.predict_logits(model, test), test.truth)["accuracy"]
-                for name, model in trainer.finalist_models().items()}
+                for name, model in trainer.strategy.finalist_models().items()}
     choice = final.get("choice")
     return {
         "finalist_choice_diagnostic": choice,

@@ -380,7 +380,7 @@ def train_volumes(manifest: str | Path, config: VolumeTrainConfig, out: str | Pa
                               "a new run folder (or delete this one)")
     run = None
     if distributed.is_distributed_env():
-        from adni_pu.pu.trainer import resolve_device
+        from adni_pu.pu.device_data import resolve_device
 
         cuda = resolve_device(config.train.device).type == "cuda"
         run = distributed.init_from_env("nccl" if cuda else "gloo")
@@ -433,7 +433,7 @@ def load_run(run_dir: str | Path, device: str = "auto") -> tuple[VolumeTrainConf
     """The run's settings, its selected model (eval mode) and run.json."""
     from adni_pu.models import build_model
     from adni_pu.pu.checkpoint import load_selected, read_selected
-    from adni_pu.pu.trainer import resolve_device
+    from adni_pu.pu.device_data import resolve_device
 
     run_dir = Path(run_dir)
     for name in (VOLUME_CONFIG_NAME, "best_model.pt", "run.json"):
@@ -461,19 +461,11 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def score_dataset(model: Any, dataset: Any, batch_size: int = 8) -> np.ndarray:
-    """Logits of ``model`` (eval mode) for every item of a volume dataset."""
-    import torch
-
+    """Logits of ``model`` (eval mode) for every item of a volume dataset, in order, through
+    the trainer's one inference function (:meth:`DeviceData.predict_logits`)."""
     from adni_pu.data.volumes import collate_volumes
-    from adni_pu.pu.trainer import to_device
+    from adni_pu.pu.device_data import DeviceData
 
     device = next(model.parameters()).device
-    loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=False,
-                                         collate_fn=collate_volumes)
-    out = []
-    model.eval()
-    with torch.no_grad():
-        for batch in loader:
-            x = {k: batch[k] for k in ("brain", "hipp_l", "hipp_r")}
-            out.append(model(to_device(x, device)).float().cpu())
-    return torch.cat(out).numpy() if out else np.zeros(0, np.float32)
+    loader = DeviceData(device, batch_size=batch_size, collate=collate_volumes)
+    return loader.predict_logits(model, dataset)

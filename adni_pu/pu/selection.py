@@ -1,0 +1,184 @@
+"""Model selection on the validation split: the criteria, the pool, the choice.
+
+The one home of the rules that the trainer applies after every epoch and that the
+benchmark scripts re-apply to recorded runs (``benchmarks/selection_rules.py``,
+``benchmarks/val_summary.py``):
+
+- the criteria (:func:`val_scores`, :data:`LOWER_IS_BETTER`);
+- the pool that competes at an epoch (:func:`pool`: the teachers once they exist, else the
+  students, else the one model; only the teachers' average with ``final_model =
+  "average"``) and the finalists after the last epoch (:func:`finalists`);
+- the choice (:func:`choose`: the best score, ties broken by name, NaN only when all are);
+- :func:`judge_epoch`: one epoch's validation row and what it changes in the selection
+  (``selection = "best_epoch"``: the best score over every epoch; ``"final"``: the
+  finalists' choice after the last epoch); :func:`evaluate_epoch` applies it to the
+  trainer after every epoch.
+
+No test number enters any of it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from adni_pu.data.pu import PUSplit
+from adni_pu.pu import losses
+from adni_pu.pu.metrics import average_logits, binary_metrics, roc_auc
+
+LOWER_IS_BETTER = {"pu_risk": True, "pu_zero_one": True, "pu_auc": False, "pn_accuracy": False}
+
+
+def val_scores(logits: np.ndarray, val: PUSplit, scheme: str, prior: float, prior_u: float,
+               pn_validation: bool = False) -> dict[str, float]:
+    """PU validation criteria (and the PN accuracy with ``pn_validation``) from logits."""
+    t = torch.from_numpy(logits)
+    lab = torch.from_numpy(val.labelled)
+    u = torch.from_numpy(val.unlabelled_indices(scheme))  # type: ignore[arg-type]
+    risk = losses.pu_risk(t[lab], t[u], prior, prior_u)
+    out = {
+        "pu_risk": float(risk.unbiased),
+        "pu_zero_one": losses.zero_one_pu_risk(t[lab], t[u], prior),
+        "pu_auc": roc_auc(np.concatenate([logits[val.labelled], logits[u.numpy()]]),
+                          np.concatenate([np.ones(int(val.labelled.sum())), np.zeros(len(u))])),
+    }
+    if pn_validation:
+        out["pn_accuracy"] = binary_metrics(logits, val.truth)["accuracy"]
+    return out
+
+
+def choose(scores: dict[str, float], lower: bool) -> str:
+    """The best-scoring name (ties broken by name; a NaN score only when all are NaN)."""
+    finite = [p for p in scores if not math.isnan(scores[p])] or list(scores)
+    return (min if lower else max)(finite, key=lambda p: (scores[p], p))
+
+
+def candidates_among(names: list[str]) -> list[str]:
+    """The candidates among recorded model names (metrics.csv columns, saved logits): the
+    teachers once they exist, else the students (or the one model); the trainer's rule."""
+    teachers = [n for n in names if n.startswith("teacher")]
+    return teachers or [n for n in names if n != "average"]
+
+
+def pu_risks(loss_pos: np.ndarray, loss_neg: np.ndarray, p_mask: np.ndarray,
+             u_mask: np.ndarray, prior: float, prior_u: float) -> np.ndarray:
+    """The unbiased PU risk of many rows of logits at once, on the examples the masks select
+    (for re-applying selection rules to recorded runs over many resamples).
+
+    ``loss_pos`` / ``loss_neg``: sigmoid losses l(g, +1) / l(g, -1) per row and example; the
+    formula is :func:`adni_pu.pu.losses.pu_risk`'s (tests check they agree)."""
+    p = p_mask.astype(np.float64) / max(int(p_mask.sum()), 1)
+    u = u_mask.astype(np.float64) / max(int(u_mask.sum()), 1)
+    scale = (1.0 - prior) / (1.0 - prior_u)
+    return prior * (loss_pos @ p) + scale * (loss_neg @ u - prior_u * (loss_neg @ p))
+
+
+def finalists(candidates: list[str], final_model: str) -> list[str]:
+    """The models that compete after the last epoch: the candidates and, when there are
+    two, their average (only the teachers' average with ``final_model = "average"``)."""
+    if len(candidates) != 2:
+        return list(candidates)
+    if final_model == "average" and candidates[0].startswith("teacher"):
+        return ["average"]
+    return [*candidates, "average"]
+
+
+def pool(candidates: list[str], final_model: str, selection: str) -> list[str]:
+    """The models whose scores compete at an epoch under ``selection``."""
+    if selection == "final":
+        return finalists(candidates, final_model)
+    if final_model == "average" and len(candidates) == 2 and candidates[0].startswith("teacher"):
+        return ["average"]
+    return list(candidates)
+
+
+@dataclass
+class EpochJudgement:
+    """What one epoch's validation says: its ``val/`` metrics, the logits by model (the
+    average included where it competes every epoch), the chosen name and score, and, after
+    the last epoch, the finalists' record and whether this epoch's choice becomes the
+    selection."""
+
+    row: dict[str, Any]
+    val_logits: dict[str, np.ndarray]
+    choice: str
+    score: float
+    final: dict[str, Any] | None
+    selected: bool
+
+
+def judge_epoch(val_logits: dict[str, np.ndarray], candidates: list[str], *, last: bool,
+                best_score: float | None, selection: str, final_model: str, criterion: str,
+                scores_of: Callable[[np.ndarray], dict[str, float]]) -> EpochJudgement:
+    """Score every model's validation logits and apply the selection rule.
+
+    ``val_logits`` holds every model trained now (students and teachers), ``candidates``
+    the names that may be chosen (:func:`pool` narrows them), ``best_score`` the best so
+    far under ``"best_epoch"`` (None before the first), ``scores_of`` the criteria of
+    :func:`val_scores` bound to the validation split.
+    """
+    row: dict[str, Any] = {}
+    val_logits = dict(val_logits)
+    finals = finalists(candidates, final_model)
+    competing = pool(candidates, final_model, selection)
+    average = (average_logits([val_logits[p] for p in candidates])
+               if "average" in competing or (last and "average" in finals) else None)
+    if "average" in competing:  # a column of metrics.csv only where it competes every epoch
+        val_logits["average"] = average
+    for name, logits in val_logits.items():
+        for key, value in scores_of(logits).items():
+            row[f"val/{name}/{key}"] = value
+    lower = LOWER_IS_BETTER[criterion]
+    scores = {p: row[f"val/{p}/{criterion}"] for p in competing}
+    choice = choose(scores, lower)
+    final = None
+    if last:
+        final_scores = {p: row[f"val/{p}/{criterion}"] if p in val_logits
+                        else scores_of(average)[criterion] for p in finals}
+        final = {"choice": choose(final_scores, lower), "val_scores": final_scores}
+    score = scores[choice]
+    if selection == "final":
+        selected = last
+    else:
+        selected = not math.isnan(score) and (
+            best_score is None or (score < best_score if lower else score > best_score))
+    return EpochJudgement(row, val_logits, choice, score, final, selected)
+
+
+def evaluate_epoch(engine: Any, epoch: int) -> dict[str, Any]:
+    """After ``epoch`` of ``engine`` (a :class:`~adni_pu.pu.trainer.Trainer`): the validation
+    criteria of every model (and the test accuracy, as a diagnostic only, never used), and
+    the update of ``engine.best`` and ``engine.final`` (:func:`judge_epoch`)."""
+    from adni_pu.pu.checkpoint import candidate_state
+
+    cfg, strategy = engine.cfg, engine.strategy
+    models = strategy.models()
+    judged = judge_epoch(
+        {name: engine.predict_logits(m, engine.data.val) for name, m in models.items()},
+        list(strategy.candidates()), last=epoch == cfg.epochs - 1,
+        best_score=engine.best["score"], selection=cfg.selection,
+        final_model=cfg.selfpu.final_model, criterion=cfg.val_criterion,
+        scores_of=engine.val_scores)
+    engine.last_val_logits = judged.val_logits
+    row = judged.row
+    if len(engine.students) == 2:
+        a, b = (judged.val_logits[st.name] > 0 for st in engine.students)
+        row["val/student_agreement"] = float((a == b).mean())
+    if cfg.track_test:
+        for name, m in models.items():
+            logits = engine.predict_logits(m, engine.data.test)
+            row[f"test_diagnostic/{name}/accuracy"] = binary_metrics(
+                logits, engine.data.test.truth)["accuracy"]
+    row["selected/candidate"] = judged.choice
+    row["selected/score"] = judged.score
+    if judged.final is not None:
+        engine.final = {"epoch": epoch, **judged.final}
+    if judged.selected:
+        engine.best = {"score": judged.score, "epoch": epoch, "candidate": judged.choice,
+                       "state": candidate_state(models, strategy.candidates(), judged.choice)}
+    return row
