@@ -204,6 +204,21 @@ def summarise(values: list[float]) -> dict[str, float]:
     return {"mean": float(arr.mean()), "std": std, "n": int(arr.size)}
 
 
+def percent_summary(values: list[float | None]) -> dict[str, float]:
+    """:func:`summarise` of fractions as percent (None values left out)."""
+    return summarise([100.0 * v for v in values if v is not None])
+
+
+def mean_std(d: dict[str, float] | None, digits: int = 2) -> str:
+    """``73.27 (0.39)`` from a :func:`summarise` entry; ``(one seed)`` without a spread,
+    ``n/a`` when empty: the one formatter of the results tables."""
+    if not d or d["n"] == 0:
+        return "n/a"
+    if d["n"] == 1:  # one seed: no standard deviation
+        return f"{d['mean']:.{digits}f} (one seed)"
+    return f"{d['mean']:.{digits}f} ({d['std']:.{digits}f})"
+
+
 def format_ci(entry: dict[str, float]) -> str:
     """``0.812 [0.701, 0.903]`` (``n/a`` where undefined)."""
     def f(v: float | None) -> str:

@@ -23,7 +23,7 @@ from adni_pu import config as cfgmod
 from adni_pu import fileio
 from adni_pu.errors import ConfigError
 from adni_pu.provenance import machine_description, package_versions
-from adni_pu.pu.metrics import summarise
+from adni_pu.pu.metrics import mean_std, percent_summary, summarise
 
 DATA_NAMES = {"mnist": "MNIST (original IDX)", "cifar10": "CIFAR-10"}
 
@@ -210,9 +210,7 @@ def unpack_bits(text: str, n: int) -> Any:
 
 def aggregate(spec: BenchmarkSpec, results: list[dict[str, Any]], command: str) -> dict[str, Any]:
     """The results JSON (accuracies in percent) for ``results`` of several seeds."""
-    def pct(values: list[float | None]) -> dict[str, float]:
-        return summarise([100.0 * v for v in values if v is not None])
-
+    pct = percent_summary
     method = {
         "test_accuracy": pct([r["test"]["accuracy"] for r in results]),
         "test_accuracy_test_selected": pct([r["test_accuracy_test_selected"] for r in results]),
@@ -273,10 +271,8 @@ def markdown_table(summary: dict[str, Any]) -> str:
     lines = ["| method | test accuracy % (val-selected) | final-rule % (diagnostic) | "
              "test-selected % (diagnostic) | AUC % | s/epoch by phase |",
              "|---|---|---|---|---|---|"]
+    fmt = mean_std
     for name, r in summary["results"].items():
-        def fmt(d: dict[str, float] | None) -> str:
-            return "n/a" if not d or not d["n"] else f"{d['mean']:.2f} ({d['std']:.2f})"
-
         secs = ", ".join(f"{p}: {v['mean']:.1f}" for p, v in r["seconds_per_epoch"].items())
         lines.append(f"| {name} | {fmt(r['test_accuracy'])} | "
                      f"{fmt(r.get('test_accuracy_final_rule_diagnostic'))} | "
