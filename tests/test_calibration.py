@@ -145,3 +145,30 @@ def test_running_batchnorm_mode_scores_like_evaluation_and_restores_the_mode():
     raw = calibration.hypergradient(model, losses.entropy(logits),
                                     losses.sigmoid_loss(logits, -1.0), objective, 0.1)
     assert raw.shape == (2, 6) and raw.abs().sum() > 0
+
+
+@pytest.mark.parametrize("bn, sign_flip", [(False, False), (True, False), (True, True)])
+def test_forward_mode_hypergradient_equals_the_double_backward_one(bn, sign_flip):
+    """At w = 0 the virtual step does not move the parameters: one backward pass of the
+    validation objective and one JVP of the batch's terms give today's hypergradient
+    (float64, 1e-6), BatchNorm in training mode included."""
+    model, x, objective = tiny_setup(seed=3, bn=bn)
+    rest = torch.tensor([0, 2, 3, 5])
+
+    def terms_at(params):
+        logits = calibration.functional_forward(model, params, x)[rest]
+        return losses.entropy(logits), losses.sigmoid_loss(logits, -1.0)
+
+    logits = model(x)[rest]
+    h, l_neg = losses.entropy(logits), losses.sigmoid_loss(logits, -1.0)
+    expected = calibration.hypergradient(model, h, l_neg, objective, 0.5, sign_flip)
+    running = [b.clone() for b in model.buffers()]
+    got = calibration.hypergradient_jvp(model, terms_at, objective, 0.5, sign_flip)
+    assert got.shape == expected.shape == (2, 4)
+    assert expected.abs().max() > 1e-4  # not a comparison of zeros
+    torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-9)
+    # the forward-mode pass leaves the real BatchNorm statistics alone
+    assert all(torch.equal(a, b) for a, b in zip(running, model.buffers()))
+    weights = calibration.calibration_weights(model, h, l_neg, objective, 0.5, 6, 1.0,
+                                              sign_flip, terms_at=terms_at)
+    torch.testing.assert_close(weights.raw, expected, rtol=1e-6, atol=1e-9)

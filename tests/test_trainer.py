@@ -4,13 +4,14 @@ model selection never reads the test split."""
 from __future__ import annotations
 
 import copy
+import time
 
 import numpy as np
 import pytest
 import torch
 from conftest import tiny_config
 
-from adni_pu.errors import ResumeError
+from adni_pu.errors import ConfigError, ResumeError
 from adni_pu.pu.trainer import Trainer
 
 
@@ -147,3 +148,73 @@ def test_meta_objective_is_the_pu_risk_of_the_validation_batch(tiny_pu):
     logits = calibration.functional_forward(model, params, x_val)
     expected = losses.pu_risk(logits[s_val == 1], logits[s_val == 0], trainer.prior).unbiased
     assert value.item() == pytest.approx(expected.item())
+
+
+def test_forward_mode_hypergradient_trains_as_the_double_backward_one(tiny_pu):
+    """selfpu.hypergradient = "jvp" computes the same meta step: same trusted sets, the
+    same statistics to rounding."""
+    sp = {"warmup_epochs": 1, "self_paced_end": 3, "select_every": 1}
+    runs = {mode: Trainer(tiny_config(method="selfpu", epochs=3,
+                                      selfpu={**sp, "hypergradient": mode}),
+                          tiny_pu, log=lambda _: None).fit().history
+            for mode in ("double-backward", "jvp")}
+    for a, b in zip(runs["double-backward"], runs["jvp"]):
+        assert a["trusted/student1/size"] == b["trusted/student1/size"]
+        for key, value in a.items():
+            if key.startswith("train/") and isinstance(value, float):
+                assert b[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+    assert runs["jvp"][1]["train/student1/ce_weight_mean"] > 0  # the meta step did run
+
+
+def test_forward_mode_hypergradient_refuses_dropout(tiny_pu):
+    def with_dropout() -> torch.nn.Module:
+        return torch.nn.Sequential(torch.nn.Linear(2, 8), torch.nn.Dropout(0.2),
+                                   torch.nn.Linear(8, 1), torch.nn.Flatten(0))
+
+    cfg = tiny_config(method="selfpu", selfpu={"hypergradient": "jvp"})
+    with pytest.raises(ConfigError, match="dropout"):
+        Trainer(cfg, tiny_pu, model_factory=with_dropout)
+    Trainer(tiny_config(method="selfpu"), tiny_pu, model_factory=with_dropout)  # accepted
+
+
+def test_checkpoint_every_n_epochs_resumes_exactly(tiny_pu, tmp_path):
+    """checkpoint_every = 3: the checkpoint holds epoch 3 when epoch 5 is interrupted, the
+    resumed run repeats epochs 4-5 and ends where an uninterrupted run ends."""
+    from adni_pu.pu import checkpoint
+
+    sp = {"warmup_epochs": 1, "self_paced_end": 3, "select_every": 1,
+          "teacher_rampup_epochs": 1}
+    cfg = tiny_config(method="selfpu", epochs=6, selfpu=sp, checkpoint_every=3)
+    straight = Trainer(cfg, tiny_pu, tmp_path / "straight", log=lambda _: None)
+    straight.fit()
+    interrupted = Trainer(cfg, tiny_pu, tmp_path / "resumed", log=lambda _: None)
+    _interrupt_after(interrupted, 5)
+    with pytest.raises(KeyboardInterrupt):
+        interrupted.fit()
+    saved = torch.load(tmp_path / "resumed" / checkpoint.LAST, weights_only=False)
+    assert saved["epoch"] == 2 and len(saved["history"]) == 3
+    resumed = Trainer(cfg, tiny_pu, tmp_path / "resumed", log=lambda _: None)
+    resumed.fit()
+    assert resumed.start_epoch == 3
+    for s1, s2 in zip(straight.students, resumed.students):
+        for v1, v2 in zip(s1.model.state_dict().values(), s2.model.state_dict().values()):
+            assert torch.equal(v1, v2)
+    assert [r["selected/score"] for r in resumed.history] == \
+        [r["selected/score"] for r in straight.history]
+    last = torch.load(tmp_path / "straight" / checkpoint.LAST, weights_only=False)
+    assert last["epoch"] == 5  # the last epoch is always saved
+
+
+def test_a_pause_at_the_time_limit_saves_the_last_finished_epoch(tiny_pu, tmp_path,
+                                                                  monkeypatch):
+    from adni_pu.pu import checkpoint
+
+    cfg = tiny_config(method="nnpu", epochs=6, checkpoint_every=4)
+    trainer = Trainer(cfg, tiny_pu, tmp_path / "run", log=lambda _: None)
+    fits = iter([True, False])  # the second epoch fits, the third does not
+    monkeypatch.setattr(trainer, "_fits", lambda epoch, deadline: next(fits))
+    assert not trainer.fit(deadline=time.monotonic() + 3600).complete
+    saved = torch.load(tmp_path / "run" / checkpoint.LAST, weights_only=False)
+    assert saved["epoch"] == 1  # epochs 0-1 done; without the pause nothing was saved yet
+    again = Trainer(cfg, tiny_pu, tmp_path / "run", log=lambda _: None)
+    assert again.fit().complete and again.start_epoch == 2

@@ -40,12 +40,13 @@ LAST = Path("checkpoints") / "last.pt"
 SELECTED = Path("best_model.pt")
 # settings that may change between a run and its resumption
 _RESUMABLE_CHANGES = ("epochs", "progress", "num_workers", "threads", "device", "track_test",
-                      "record_val_logits")
+                      "record_val_logits", "checkpoint_every")
 
 
 # settings added after checkpoints existed, with the value that reproduces the behaviour from
 # before: at that value they are left out of the fingerprint (adni_pu.config.drop_added_later)
-_ADDED_LATER: dict[tuple[str, str], Any] = {("selfpu", "meta_bn"): "batch"}
+_ADDED_LATER: dict[tuple[str, str], Any] = {("selfpu", "meta_bn"): "batch",
+                                            ("selfpu", "hypergradient"): "double-backward"}
 
 
 def config_fingerprint(cfg: TrainConfig) -> str:

@@ -78,6 +78,12 @@ class SelfPUConfig:
     # The published code flips the sign of the entropy term between the virtual and the
     # real loss; True reproduces that defect (for comparison only).
     meta_sign_flip: bool = False
+    # How the meta step's hypergradient is computed. At w = 0 the virtual step does not move
+    # the parameters, so u_i = (step / n) * grad(validation objective) . grad(term_i): one
+    # backward pass of the validation objective and one forward-mode pass (a JVP) of the
+    # training batch's terms ("jvp") give the same numbers as differentiating through the
+    # virtual step ("double-backward", a second-order backward pass).
+    hypergradient: Literal["double-backward", "jvp"] = "double-backward"
     # Student consistency in phase 3.
     student_consistency: Literal["none", "per_example", "per_batch"] = "per_example"
     alpha: float = 10.0
@@ -174,6 +180,11 @@ class TrainConfig:
     # optimiser moments at half size (for runs carried between machines in pieces; a resume
     # then continues from rounded values, so it is not bit-identical to an uninterrupted run).
     checkpoint_precision: Literal["float32", "bfloat16"] = "float32"
+    # Write checkpoints/last.pt after every N-th epoch, after the last one and when a time
+    # limit stops the fit between epochs (per-epoch cost on fast devices). A run killed
+    # in between resumes from the last checkpoint and repeats at most N - 1 epochs (with
+    # the same result: each epoch's random streams come from the seed and its number).
+    checkpoint_every: int = 1
     progress: bool = True
     selfpu: SelfPUConfig = field(default_factory=SelfPUConfig)
 
@@ -192,6 +203,8 @@ class TrainConfig:
             raise ConfigError(
                 f"positive_share={self.positive_share} with batch_size={self.batch_size}: "
                 "expected at least one labelled positive and one unlabelled example per batch")
+        if self.checkpoint_every < 1:
+            raise ConfigError(f"checkpoint_every={self.checkpoint_every}: expected >= 1")
         if self.crop_padding < 0:
             raise ConfigError(f"crop_padding={self.crop_padding}: expected >= 0")
         if self.selfpu.meta_objective == "pn_ce" and not self.pn_validation:

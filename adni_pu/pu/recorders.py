@@ -2,9 +2,10 @@
 
 Like MONAI's engine handlers: :class:`~adni_pu.pu.trainer.Trainer` calls every recorder's
 ``fit_start`` once before the first epoch, ``epoch_end`` after each finished epoch (with the
-epoch's row of metrics) and ``fit_end`` when the last epoch is done (not when a deadline
-stopped the fit early). :func:`run_folder_recorders` is the standard set for a run folder;
-add a recorder (or pass your own list as ``Trainer(recorders=...)``) to record more.
+epoch's row of metrics), ``fit_end`` when the last epoch is done and ``fit_paused`` when a
+deadline stopped the fit between two epochs. :func:`run_folder_recorders` is the standard
+set for a run folder; add a recorder (or pass your own list as ``Trainer(recorders=...)``)
+to record more.
 
 Only the main process records (rank 0 under torchrun); recorders check ``trainer.is_main``.
 """
@@ -38,6 +39,10 @@ class Recorder:
 
     def fit_end(self, trainer: Any) -> None:
         """After the last epoch."""
+
+    def fit_paused(self, trainer: Any) -> None:
+        """When a time limit stopped the fit between two epochs (the state is the last
+        finished epoch's; not called when an epoch was dropped midway)."""
 
 
 class FolderRecorder(Recorder):
@@ -118,11 +123,26 @@ class MetricsCsv(FolderRecorder):
 
 
 class CheckpointSaver(FolderRecorder):
-    """``checkpoints/last.pt`` after every epoch (resume) and ``best_model.pt`` at the end."""
+    """``checkpoints/last.pt`` after every ``checkpoint_every``-th epoch, the last one and a
+    pause at a time limit (resume), and ``best_model.pt`` at the end."""
+
+    def __init__(self, run_dir: Path) -> None:
+        super().__init__(run_dir)
+        self.saved_epoch: int | None = None
+
+    def _save(self, trainer: Any, epoch: int) -> None:
+        if trainer.is_main and epoch != self.saved_epoch:
+            checkpoint.save_last(trainer, epoch, self.run_dir / checkpoint.LAST)
+            self.saved_epoch = epoch
 
     def epoch_end(self, trainer: Any, row: dict[str, Any]) -> None:
-        if trainer.is_main:
-            checkpoint.save_last(trainer, row["epoch"], self.run_dir / checkpoint.LAST)
+        epoch = row["epoch"]
+        if (epoch + 1) % trainer.cfg.checkpoint_every == 0 or epoch == trainer.cfg.epochs - 1:
+            self._save(trainer, epoch)
+
+    def fit_paused(self, trainer: Any) -> None:
+        if trainer.history:
+            self._save(trainer, trainer.history[-1]["epoch"])
 
     def fit_end(self, trainer: Any) -> None:
         if trainer.is_main and trainer.best["state"] is not None:

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from adni_pu.errors import ConfigError
 from adni_pu.pu import calibration, losses, selection, selfpu_loss
 from adni_pu.pu.batching import EpochPlan
 from adni_pu.pu.checkpoint import AveragedModel
@@ -184,6 +185,15 @@ class SelfPU(Baseline):
 
     def rate(self, k: int) -> float:
         return self.sp.rates[k]
+
+    def make_students(self) -> list[Student]:
+        students = super().make_students()
+        if self.sp.hypergradient == "jvp" and any(
+                isinstance(m, nn.Dropout) and m.p > 0 for m in students[0].model.modules()):
+            # its forward-mode pass would draw another dropout mask than the training pass
+            raise ConfigError("selfpu.hypergradient = 'jvp' with a dropout layer in the model: "
+                              "expected no dropout (or hypergradient = 'double-backward')")
+        return students
 
     # ------------------------------------------------------------------ schedule
 
@@ -361,6 +371,17 @@ class SelfPU(Baseline):
 
         return objective
 
+    @staticmethod
+    def rest_terms(model: nn.Module, x: Any, rest: torch.Tensor) -> calibration.TermsAt:
+        """The reweighted terms of the batch's rest-U rows as a function of the parameters
+        (entropy, and the sigmoid loss as a negative), for the forward-mode hypergradient;
+        BatchNorm normalises by the batch, as in the training forward."""
+        def terms_at(params: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+            logits = calibration.functional_forward(model, params, x).float()[rest]
+            return losses.entropy(logits), losses.sigmoid_loss(logits, -1.0)
+
+        return terms_at
+
     # ------------------------------------------------------------------ the phases' losses
 
     def loss(self, k: int, logits: list[torch.Tensor], batch: Batch
@@ -388,11 +409,13 @@ class SelfPU(Baseline):
         calibrate = None
         if batch.meta is not None:
             objective = self.meta_objective(st.model, *batch.meta)
+            terms_at = self.rest_terms(st.model, batch.x, lay.rest[k]) \
+                if sp.hypergradient == "jvp" else None
 
             def calibrate(h: torch.Tensor, l_neg: torch.Tensor) -> Any:
                 return calibration.calibration_weights(
                     st.model, h, l_neg, objective, sp.meta_step_size, lay.n, sp.meta_ce_cap,
-                    sp.meta_sign_flip, sp.reweight_risk)
+                    sp.meta_sign_flip, sp.reweight_risk, terms_at)
 
         target = self._targets[k]
         return selfpu_loss.student_loss(

@@ -55,12 +55,11 @@ class FitResult:
     best_score: float
     history: list[dict[str, Any]]
     run_dir: Path | None
-    complete: bool = True
-    """False when ``fit`` stopped at its deadline before the last epoch."""
+    complete: bool = True  # False when ``fit`` stopped at its deadline before the last epoch
 
 
 class _OutOfTime(Exception):
-    """Raised inside an epoch that passes the deadline; the epoch's work is dropped."""
+    """Raised inside an epoch that passes the deadline (its work is dropped)."""
 
 
 class Trainer:
@@ -236,11 +235,11 @@ class Trainer:
         if self.ddp is not None:
             self.ddp.wrap([st.model for st in self.students], self.device)
         first = self.start_epoch
-        complete = True
+        complete, paused = True, False
         for epoch in range(self.start_epoch, self.cfg.epochs):
             exempt = finish_first_epoch and epoch == first
             if deadline is not None and not exempt and not self._fits(epoch, deadline):
-                complete = False
+                complete, paused = False, True
                 break
             t0 = time.perf_counter()
             row: dict[str, Any] = {"epoch": epoch, "phase": self.strategy.phase(epoch),
@@ -256,9 +255,8 @@ class Trainer:
             t_train = time.perf_counter() - t0
             row.update({f"train/{k}": v for k, v in stats.items()})
             row.update(selection.evaluate_epoch(self, epoch))
-            t_total = time.perf_counter() - t0
             row.update({"time/select_seconds": t_select, "time/train_seconds": t_train,
-                        "time/epoch_seconds": t_total})
+                        "time/epoch_seconds": time.perf_counter() - t0})
             self.history.append(row)
             for recorder in self.recorders:
                 recorder.epoch_end(self, row)
@@ -266,6 +264,8 @@ class Trainer:
             for recorder in self.recorders:
                 recorder.fit_end(self)
         else:
+            for recorder in self.recorders if paused else ():
+                recorder.fit_paused(self)
             self.log(f"stopped at the time limit after epoch {len(self.history)}/"
                      f"{self.cfg.epochs}; fit again to continue from the checkpoint")
         return FitResult(self.best["epoch"], self.best["candidate"], self.best["score"] or
