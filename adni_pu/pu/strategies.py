@@ -97,6 +97,7 @@ class Baseline:
         self.cfg = engine.cfg
 
     def rate(self, k: int) -> float:
+        """Student ``k``'s final trusted share (Self-PU's ``rates``; 0 for a baseline)."""
         return 0.0
 
     def make_students(self) -> list[Student]:
@@ -124,10 +125,8 @@ class Baseline:
 
     def candidates(self) -> dict[str, nn.Module]:
         """The models that compete for selection now: teachers once they exist, else students."""
-        students = self.engine.students
-        teachers = {st.name.replace("student", "teacher"): st.teacher.model
-                    for st in students if st.teacher is not None}
-        return teachers or {st.name: st.model for st in students}
+        models = self.models()
+        return {n: m for n, m in models.items() if n.startswith("teacher")} or models
 
     def finalists(self) -> list[str]:
         """The models that compete under ``selection = "final"`` (:func:`selection.finalists`)."""
@@ -141,6 +140,7 @@ class Baseline:
                        else pool[name]).eval() for name in self.finalists()}
 
     def phase(self, epoch: int) -> int:
+        """The method's phase in ``epoch`` (a baseline has one)."""
         return 1
 
     def before_epoch(self, epoch: int, row: dict[str, Any]) -> None:
@@ -159,6 +159,7 @@ class Baseline:
 
     def loss(self, k: int, logits: list[torch.Tensor], batch: Batch
              ) -> tuple[torch.Tensor, Stats]:
+        """Student ``k``'s loss on ``batch`` (``logits``: every student's) and its statistics."""
         return self.baseline_loss(logits[k], batch)
 
     def baseline_loss(self, logits: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, Stats]:
