@@ -101,8 +101,8 @@ def edge_profile(data: np.ndarray, brain: np.ndarray, spacing: tuple[float, ...]
     count in mm), and voxels are pooled in shells of max(1 mm, half the largest voxel
     side). Along an axis finer than ``sample_mm``, only every k-th voxel is used (k =
     floor(``sample_mm`` / spacing)): the distance transforms cost about 0.2 us a voxel,
-    and each shell still averages thousands of voxels (on Colin27 at 1 mm this moves the
-    result by 0.3 mm and takes 0.3 s instead of 3 s).
+    and each shell still averages thousands of voxels (on Colin27 at 1 mm it takes 0.3 s
+    instead of 3 s, and moves :func:`mask_edge_offset_mm` of its mask by 0.06 mm).
     Returns the shells' mean distances (mm, increasing) and mean intensities over the
     median intensity inside the mask; empty shells are left out. Averaged over the whole
     surface, a T1 head's profile falls from the brain to the dark CSF and bone gap and
@@ -140,13 +140,14 @@ def mask_edge_offset_mm(data: np.ndarray, brain: np.ndarray, spacing: tuple[floa
     has made ``fall`` of its way down from the deep brain to the gap's floor. A good mask
     reads about -2 to -0.5 mm (the cortex is darker than the white matter, so most of the
     fall happens just inside the brain's outline); a mask eroded into the brain leaves
-    brain outside it and reads several mm more (+3 to +5 mm for 6 mm), one dilated into
+    brain outside it and reads several mm more (+2.8 to +4.8 mm for 6 mm), one dilated into
     CSF and bone, or one that holds the skull, several mm less (-5 mm and below). Blur or
     resampling lifts the gap's floor and spreads the fall over a few mm either side, but
     a blurred step keeps its middle: a smooth head (an average of heads, a resampled
-    scan) reads like a sharp one, whereas the band ratio of :func:`mask_edge_contrast`
-    rises with blur as it does with erosion. A level part-way down (not the darkest
-    point) keeps a wide layer of CSF, a little brighter than bone, on the gap's side.
+    scan) reads within a mm or two of a sharp one, whereas the band ratio of
+    :func:`mask_edge_contrast` rises with blur as it does with erosion. A level part-way
+    down (not the darkest point) keeps a wide layer of CSF, a little brighter than bone,
+    on the gap's side (one much brighter reads like brain: docs/preprocessing.md, Limits).
 
     The gap's floor is the lowest point of the profile going outward from the deepest
     shell until the profile (smoothed by [1, 2, 1] over shells) has risen ``rise`` (of
