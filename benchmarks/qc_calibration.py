@@ -40,7 +40,9 @@ The false-refusal rate on synthetic scans comes from the demo's preprocessed out
 runs/demo-seedN --seed N``): every scan of them is a good scan, so each one that today's
 thresholds refuse is a false refusal. Scans that the run refused at the mask checks
 have no registration metrics; they are preprocessed again (the run's settings, no QC
-limits) into ``--workdir``/demo-rescored.
+limits) into ``--workdir``/demo-rescored. Runs made before ``mask_edge_offset_mm``
+existed get their mask metrics recomputed from each scan's input (bias-corrected again
+with the run's settings) and the brain mask the run wrote.
 
 ``--rejudge FILE...`` skips the pipeline and judges the cases of earlier result JSONs
 again with today's thresholds (their metrics as measured).
@@ -72,6 +74,7 @@ CHECKED = {
     "brain_volume_ml": ("range", "min_brain_ml/max_brain_ml"),
     "brain_fraction_of_head": ("high", "max_brain_fraction_of_head"),
     "mask_edge_contrast": ("high", "max_mask_edge_contrast"),
+    "mask_edge_offset_mm": ("range", "min_mask_edge_offset_mm/max_mask_edge_offset_mm"),
     "brain_noise": ("high", "max_brain_noise"),
     "registration_similarity": ("low", "min_registration_similarity"),
     "template_mask_dice": ("low", "min_template_mask_dice"),
@@ -377,7 +380,7 @@ def _stage(data: np.ndarray, affine: np.ndarray, cfg, cache: Path | None,
 
 
 def _metrics(st: dict, cfg, template_to_native: np.ndarray | None = None) -> dict:
-    from adni_pu.preprocessing.qc import brain_noise, mask_edge_contrast, registration_metrics
+    from adni_pu.preprocessing.qc import registration_metrics
 
     aff = st["affine"]
     spacing = tuple(float(s) for s in np.sqrt((aff[:3, :3] ** 2).sum(axis=0)))
@@ -386,12 +389,21 @@ def _metrics(st: dict, cfg, template_to_native: np.ndarray | None = None) -> dic
     m = {"brain_volume_ml": round(float(brain.sum()) * voxel_ml, 1),
          "head_volume_ml": round(float(head.sum()) * voxel_ml, 1)}
     m["brain_fraction_of_head"] = round(m["brain_volume_ml"] / max(m["head_volume_ml"], 1e-9), 4)
-    m["mask_edge_contrast"] = round(mask_edge_contrast(st["corrected"], brain, spacing), 4)
-    m["brain_noise"] = round(brain_noise(st["corrected"], brain, spacing), 4)
+    m.update(mask_metrics(st["corrected"], brain, spacing))
     t2n = st["template_to_native"] if template_to_native is None else template_to_native
     m.update(registration_metrics(st["corrected"], brain, aff, t2n,
                                   cfg.registration.resolution_mm))
     return m
+
+
+def mask_metrics(corrected: np.ndarray, brain: np.ndarray,
+                 spacing: tuple[float, ...]) -> dict[str, float]:
+    """The metrics of a brain mask on its bias-corrected scan, rounded as the pipeline does."""
+    from adni_pu.preprocessing.qc import brain_noise, mask_edge_contrast, mask_edge_offset_mm
+
+    return {"mask_edge_contrast": round(mask_edge_contrast(corrected, brain, spacing), 4),
+            "mask_edge_offset_mm": round(mask_edge_offset_mm(corrected, brain, spacing), 2),
+            "brain_noise": round(brain_noise(corrected, brain, spacing), 4)}
 
 
 # ----------------------------------------------------------------------------- truth
@@ -444,7 +456,14 @@ KNOWN_LIMITS = {
 }
 
 
+def _ranges(qc) -> dict[str, tuple[float, float]]:
+    """The two-sided checks: metric -> (lowest, highest value accepted)."""
+    return {"brain_volume_ml": (qc.min_brain_ml, qc.max_brain_ml),
+            "mask_edge_offset_mm": (qc.min_mask_edge_offset_mm, qc.max_mask_edge_offset_mm)}
+
+
 def _thresholds(qc) -> dict[str, float]:
+    """The one-sided checks: metric -> its limit."""
     return {"brain_fraction_of_head": qc.max_brain_fraction_of_head,
             "mask_edge_contrast": qc.max_mask_edge_contrast,
             "brain_noise": qc.max_brain_noise,
@@ -457,9 +476,10 @@ def _thresholds(qc) -> dict[str, float]:
 def failed_metrics(metrics: dict, qc) -> list[str]:
     """Names of the checked metrics beyond their thresholds."""
     out = []
-    vol = metrics.get("brain_volume_ml")
-    if vol is not None and not qc.min_brain_ml <= vol <= qc.max_brain_ml:
-        out.append("brain_volume_ml")
+    for name, (lo, hi) in _ranges(qc).items():
+        v = metrics.get(name)
+        if v is not None and not lo <= v <= hi:
+            out.append(name)
     for name, thr in _thresholds(qc).items():
         v = metrics.get(name)
         if v is not None and (v > thr if CHECKED[name][0] == "high" else v < thr):
@@ -478,10 +498,7 @@ def margins(records: list[dict], qc) -> dict:
         if not vals:
             continue
         if direction == "range":
-            entry = {"good_min": min(vals), "good_max": max(vals),
-                     "thresholds": [qc.min_brain_ml, qc.max_brain_ml],
-                     "margin_low": round(min(vals) - qc.min_brain_ml, 4),
-                     "margin_high": round(qc.max_brain_ml - max(vals), 4)}
+            entry = _range_margins(name, vals, broken, *_ranges(qc)[name])
         else:
             thr = _thresholds(qc)[name]
             worst = max(vals) if direction == "high" else min(vals)
@@ -506,6 +523,30 @@ def margins(records: list[dict], qc) -> dict:
     return out
 
 
+def _range_margins(name: str, good: list[float], broken: list[dict], lo: float,
+                   hi: float) -> dict:
+    """Margins of a two-sided check: to the good cases and to the nearest broken case it
+    catches on each side (and the nearest that only it catches)."""
+    entry = {"good_min": min(good), "good_max": max(good), "thresholds": [lo, hi],
+             "margin_low": round(min(good) - lo, 4), "margin_high": round(hi - max(good), 4)}
+    vals = [(r["metrics"][name], r["case"], r["failed"] == [name]) for r in broken
+            if r["metrics"].get(name) is not None]
+    below = [v for v in vals if v[0] < lo]
+    above = [v for v in vals if v[0] > hi]
+    entry["broken_caught"] = len(below) + len(above)
+    for side, hits, pick, sign in (("low", below, max, -1), ("high", above, min, 1)):
+        near = pick(hits) if hits else None
+        sole = [v for v in hits if v[2]]
+        sole = pick(sole) if sole else None
+        thr = lo if side == "low" else hi
+        entry[f"nearest_caught_broken_{side}"] = near[0] if near else None
+        entry[f"margin_to_broken_{side}"] = (round(sign * (near[0] - thr), 4)
+                                            if near else None)
+        entry[f"nearest_broken_caught_only_by_it_{side}"] = sole[1] if sole else None
+        entry[f"margin_to_it_{side}"] = round(sign * (sole[0] - thr), 4) if sole else None
+    return entry
+
+
 def _fmt(v) -> str:
     if v is None:
         return "-"
@@ -515,7 +556,8 @@ def _fmt(v) -> str:
 
 
 def markdown(records: list[dict], margin: dict, synthetic: dict | None = None) -> str:
-    cols = ["brain_volume_ml", "brain_fraction_of_head", "mask_edge_contrast", "brain_noise",
+    cols = ["brain_volume_ml", "brain_fraction_of_head", "mask_edge_contrast",
+            "mask_edge_offset_mm", "brain_noise",
             "registration_similarity", "template_mask_dice", "template_end_coverage",
             "registration_gain"]
     heads: dict[str, dict] = {}
@@ -544,10 +586,10 @@ def markdown(records: list[dict], margin: dict, synthetic: dict | None = None) -
         lines.append(f"| all | {a['scans']} | {a['refused']} | "
                      f"{100 * a['false_refusal_rate']:.1f}% | | {a['refused_in_run']} "
                      f"({100 * a['false_refusal_rate_in_run']:.1f}%) |")
-    head = ("| case | label | brain ml | brain/head | edge contrast | noise | correlation | "
-            "template Dice | end coverage | nudge gain | truth: mask Dice / reg. error mm | "
-            "verdict |")
-    lines += ["", head, "|" + "---|" * 12]
+    head = ("| case | label | brain ml | brain/head | edge contrast | edge offset mm | noise | "
+            "correlation | template Dice | end coverage | nudge gain | truth: mask Dice / "
+            "reg. error mm | verdict |")
+    lines += ["", head, "|" + "---|" * 13]
     for r in records:
         m = r["metrics"]
         truth = r.get("truth") or {}
@@ -562,11 +604,9 @@ def markdown(records: list[dict], margin: dict, synthetic: dict | None = None) -
     worst = (synthetic or {}).get("worst", {})
     for name, e in margin.items():
         w = worst.get(name)
-        w = f"{_fmt(w[0])}-{_fmt(w[1])}" if isinstance(w, list) else _fmt(w)
+        w = f"{_fmt(w[0])} to {_fmt(w[1])}" if isinstance(w, list) else _fmt(w)
         if "thresholds" in e:
-            lines.append(f"| {name} | {_fmt(e['good_min'])}-{_fmt(e['good_max'])} | "
-                         f"{e['thresholds'][0]:.0f}-{e['thresholds'][1]:.0f} | {w} | - | "
-                         f"{_fmt(e['margin_low'])} / {_fmt(e['margin_high'])} | - | - |")
+            lines.append(_range_row(name, e, w))
         else:
             lines.append(f"| {name} | {_fmt(e['worst_good'])} | {e['threshold']} | {w} | "
                          f"{_fmt(e['nearest_caught_broken'])} | {_fmt(e['margin_to_good'])} | "
@@ -576,13 +616,29 @@ def markdown(records: list[dict], margin: dict, synthetic: dict | None = None) -
     return "\n".join(lines) + "\n"
 
 
+def _range_row(name: str, e: dict, worst_synthetic: str) -> str:
+    """A two-sided check's line of the margins table (low side / high side)."""
+    def pair(key: str) -> str:
+        lo, hi = e.get(f"{key}_low"), e.get(f"{key}_high")
+        return "-" if lo is None and hi is None else f"{_fmt(lo)} / {_fmt(hi)}"
+
+    sole = [f"{e[f'nearest_broken_caught_only_by_it_{s}']} ({_fmt(e[f'margin_to_it_{s}'])})"
+            for s in ("low", "high") if e.get(f"nearest_broken_caught_only_by_it_{s}")]
+    lo, hi = e["thresholds"]
+    return (f"| {name} | {_fmt(e['good_min'])} to {_fmt(e['good_max'])} | {_fmt(lo)} to "
+            f"{_fmt(hi)} | {worst_synthetic} | {pair('nearest_caught_broken')} | "
+            f"{_fmt(e['margin_low'])} / {_fmt(e['margin_high'])} | "
+            f"{pair('margin_to_broken')} | {'; '.join(sole) or '-'} |")
+
+
 # ----------------------------------------------------------------------------- synthetic scans
 
 
 #: QC settings that refuse nothing: used to get every metric of a synthetic scan that the
 #: demo refused at the mask checks (the registration metrics are not computed then).
 PERMISSIVE_QC = {"min_brain_ml": 0.0, "max_brain_ml": 1e9, "max_brain_fraction_of_head": 1.0,
-                 "max_mask_edge_contrast": 1e9, "max_brain_noise": 1e9,
+                 "max_mask_edge_contrast": 1e9, "min_mask_edge_offset_mm": -1e9,
+                 "max_mask_edge_offset_mm": 1e9, "max_brain_noise": 1e9,
                  "min_registration_similarity": -1.0, "min_template_mask_dice": 0.0,
                  "min_template_end_coverage": 0.0, "max_registration_gain": 1e9}
 
@@ -600,12 +656,44 @@ def _input_of(side: dict, run: Path) -> Path | None:
     return None
 
 
+def recompute_mask_metrics(sidecar: Path, side: dict, run: Path, cfg) -> dict | None:
+    """The mask metrics of a preprocessed scan made before one of them existed: its input
+    read and bias-corrected again with the run's settings ``cfg`` (N4 is deterministic: the
+    edge contrast comes out as the sidecar has it), with the brain mask the run wrote
+    beside ``sidecar``. None when the input or the mask is missing."""
+    import nibabel as nib
+
+    from adni_pu.preprocessing import io as pio
+    from adni_pu.preprocessing.n4 import head_mask, n4_correct
+
+    scan = _input_of(side, run)
+    mask_path = sidecar.with_name(sidecar.name.replace("_sidecar.json",
+                                                       "_brainmask_native.nii.gz"))
+    if scan is None or not mask_path.is_file():
+        return None
+    raw, affine = pio.load_scan(scan, cfg.validation)
+    mask_img = nib.load(str(mask_path))
+    brain = np.asarray(mask_img.dataobj, dtype=np.uint8)
+    if cfg.reorient:
+        raw, canon = pio.to_canonical(raw, affine)
+        brain = np.asarray(pio.to_canonical(brain, mask_img.affine)[0])
+        affine = canon
+    brain = brain > 0
+    data = np.asarray(raw, dtype=np.float32)
+    spacing = tuple(float(s) for s in np.sqrt((affine[:3, :3] ** 2).sum(axis=0)))
+    if cfg.n4.enabled:
+        data, _ = n4_correct(data, spacing, cfg.n4, mask=head_mask(data))
+    return mask_metrics(data, brain, spacing)
+
+
 def synthetic_records(runs: list[Path], rescore: Path) -> list[dict]:
     """The QC metrics of every scan of the demo's preprocessed outputs in ``runs``.
 
     A scan refused at the mask checks has no registration metrics in its sidecar: it is
     preprocessed again into ``rescore`` with the run's own settings and
-    :data:`PERMISSIVE_QC`, so that every threshold can be judged on every scan.
+    :data:`PERMISSIVE_QC`, so that every threshold can be judged on every scan. A sidecar
+    written before ``mask_edge_offset_mm`` existed gets its mask metrics recomputed
+    (:func:`recompute_mask_metrics`).
     """
     from adni_pu.preprocessing.config import load_config
     from adni_pu.preprocessing.io import Scan
@@ -619,10 +707,12 @@ def synthetic_records(runs: list[Path], rescore: Path) -> list[dict]:
             print(f"{pre}: no sidecars; skipped", file=sys.stderr)
             continue
         cfg = None
+        run_cfg = load_config(pre / "preprocess_config.toml")
         for path in sides:
             side = json.loads(path.read_text())
             m = dict(side.get("qc") or {})
             source = "sidecar"
+            made = (path, side)  # the sidecar beside the brain mask the metrics belong to
             if side.get("status") not in ("done", "failed-qc", "skipped"):
                 continue
             if any(k not in m for k in REGISTRATION_METRICS):
@@ -642,6 +732,18 @@ def synthetic_records(runs: list[Path], rescore: Path) -> list[dict]:
                     continue
                 m = dict(json.loads(again.read_text()).get("qc") or {})
                 source = "rescored (permissive QC, the run's settings)"
+                made = (again, json.loads(again.read_text()))
+            if "mask_edge_offset_mm" not in m:
+                mask = recompute_mask_metrics(*made, run, run_cfg)
+                if mask is None:
+                    print(f"{made[0]}: no input or brain mask to recompute the mask metrics",
+                          file=sys.stderr)
+                elif abs(mask["mask_edge_contrast"] - m.get("mask_edge_contrast", -1)) > 1e-3:
+                    print(f"{made[0]}: edge contrast {mask['mask_edge_contrast']} recomputed, "
+                          f"{m.get('mask_edge_contrast')} in the sidecar", file=sys.stderr)
+                if mask is not None:
+                    m.update(mask)
+                    source += "; mask metrics recomputed (input and mask of the run)"
             out.append({"run": run.name, "scan": side.get("scan_label", path.name),
                         "status_in_run": side.get("status"), "metrics": m,
                         "metrics_from": source})

@@ -1,4 +1,4 @@
-"""QC metrics (mask edge contrast, registration metrics) and the QC checks.
+"""QC metrics (mask edge offset and contrast, registration metrics) and the QC checks.
 
 Unit tests use tiny synthetic volumes made here; the integration tests use the real
 Colin27 head in ../shared/data and skip when it is absent.
@@ -11,7 +11,13 @@ import pytest
 from conftest import shared_path
 
 from adni_pu.preprocessing.config import PreprocessConfig, QCSettings
-from adni_pu.preprocessing.qc import mask_edge_contrast, qc_checks, registration_metrics
+from adni_pu.preprocessing.qc import (
+    edge_profile,
+    mask_edge_contrast,
+    mask_edge_offset_mm,
+    qc_checks,
+    registration_metrics,
+)
 
 
 def _layered_head(spacing: tuple[float, float, float] = (1.0, 1.0, 1.0)):
@@ -42,6 +48,81 @@ def test_mask_edge_contrast_of_empty_and_full_masks_is_zero() -> None:
     data, r = _layered_head()
     assert mask_edge_contrast(data, np.zeros_like(r, bool), (1.0,) * 3) == 0.0
     assert mask_edge_contrast(data, np.ones_like(r, bool), (1.0,) * 3) == 0.0
+
+
+def _cortex_head(spacing: tuple[float, float, float], blur_mm: float = 0.0):
+    """A T1-like ball with a cortex: white matter (100, r < 20 mm) in grey matter (60), a
+    thin CSF layer (15, to 27 mm), bone (5, to 31 mm) and bright scalp (90, to 37 mm);
+    optionally blurred (Gaussian, sigma in mm) like a resampled scan or a mean of heads."""
+    from scipy import ndimage
+
+    n = [int(round(84 / s)) for s in spacing]
+    grid = np.meshgrid(*[(np.arange(k) - (k - 1) / 2) * s for k, s in zip(n, spacing)],
+                       indexing="ij")
+    r = np.sqrt(sum(g**2 for g in grid))
+    data = np.select([r < 20, r < 25, r < 27, r < 31, r < 37], [100.0, 60.0, 15.0, 5.0, 90.0])
+    if blur_mm:
+        data = ndimage.gaussian_filter(data, [blur_mm / s for s in spacing])
+    return data.astype(np.float32), r
+
+
+@pytest.mark.parametrize("spacing", [(1.0, 1.0, 1.0), (2.0, 1.0, 1.5), (3.0, 3.0, 3.0)])
+@pytest.mark.parametrize("blur_mm", [0.0, 2.5])
+def test_mask_edge_offset_accepts_a_good_mask_sharp_or_blurred_and_refuses_bad_ones(
+        spacing, blur_mm) -> None:
+    """The brain's edge sits at a good mask's edge whatever the blur; a mask eroded by
+    6 mm leaves brain outside it, one dilated into the bone or holding the skull has the
+    dark gap inside it. Anisotropic voxels are measured in mm."""
+    data, r = _cortex_head(spacing, blur_mm)
+    qc = QCSettings()
+    good = mask_edge_offset_mm(data, r < 25, spacing)
+    assert qc.min_mask_edge_offset_mm + 1 < good < qc.max_mask_edge_offset_mm, good
+    eroded = mask_edge_offset_mm(data, r < 19, spacing)
+    dilated = mask_edge_offset_mm(data, r < 31, spacing)
+    skull = mask_edge_offset_mm(data, r < 34, spacing)  # brain, CSF, bone and some scalp
+    assert eroded > qc.max_mask_edge_offset_mm + 2, eroded
+    assert dilated < qc.min_mask_edge_offset_mm - 1, dilated
+    assert skull < qc.min_mask_edge_offset_mm - 1, skull
+    assert any("outside the brain mask" in p
+               for p in qc_checks({"brain_volume_ml": 1300.0, "mask_edge_offset_mm": eroded}, qc))
+    assert any("inside the brain mask" in p
+               for p in qc_checks({"brain_volume_ml": 1300.0, "mask_edge_offset_mm": dilated}, qc))
+
+
+def test_blur_raises_the_band_contrast_of_a_good_mask_but_keeps_its_edge_offset() -> None:
+    """Why the offset replaced the band contrast as the check: on a smooth head the band
+    contrast of a good mask climbs towards that of an eroded mask on a sharp head, while
+    the offset stays about 5 mm away from the eroded mask's."""
+    spacing = (1.0, 1.0, 1.0)
+    sharp, r = _cortex_head(spacing)
+    smooth, _ = _cortex_head(spacing, 3.0)
+    eroded_contrast = mask_edge_contrast(sharp, r < 19, spacing)
+    assert mask_edge_contrast(sharp, r < 25, spacing) < 0.3 * eroded_contrast
+    assert mask_edge_contrast(smooth, r < 25, spacing) > 0.85 * eroded_contrast
+    offset_sharp = mask_edge_offset_mm(sharp, r < 25, spacing)
+    offset_smooth = mask_edge_offset_mm(smooth, r < 25, spacing)
+    assert abs(offset_smooth - offset_sharp) < 2.5
+    assert mask_edge_offset_mm(sharp, r < 19, spacing) > offset_smooth + 5
+
+
+def test_edge_profile_is_in_mm_and_falls_from_the_brain_to_the_gap() -> None:
+    """Shells by signed distance from the mask's edge: the same head on isotropic and
+    anisotropic voxels gives the same profile in mm."""
+    iso, r_iso = _cortex_head((1.0, 1.0, 1.0))
+    aniso, r_aniso = _cortex_head((2.0, 1.0, 1.5))
+    d1, p1 = edge_profile(iso, r_iso < 25, (1.0, 1.0, 1.0))
+    d2, p2 = edge_profile(aniso, r_aniso < 25, (2.0, 1.0, 1.5))
+    assert np.all(np.diff(d1) > 0) and d1[0] < -8 and d1[-1] > 6
+    for d, p in ((d1, p1), (d2, p2)):
+        assert p[d < -6].min() > 0.95  # white matter, the median inside the mask
+        assert p[(d > 3) & (d < 5)].max() < 0.2  # CSF and bone
+    assert abs(np.interp(-3.0, d1, p1) - np.interp(-3.0, d2, p2)) < 0.15
+
+
+def test_mask_edge_offset_of_empty_and_full_masks_is_zero() -> None:
+    data, r = _cortex_head((2.0, 2.0, 2.0))
+    assert mask_edge_offset_mm(data, np.zeros_like(r, bool), (2.0,) * 3) == 0.0
+    assert mask_edge_offset_mm(data, np.ones_like(r, bool), (2.0,) * 3) == 0.0
 
 
 def _shift(mm: tuple[float, float, float]) -> np.ndarray:
@@ -109,12 +190,16 @@ def test_template_end_coverage_finds_a_missing_end_of_the_brain() -> None:
 
 def test_qc_checks_name_each_new_problem() -> None:
     good = {"brain_volume_ml": 1300, "brain_fraction_of_head": 0.5, "mask_edge_contrast": 0.55,
-            "brain_noise": 0.05, "registration_similarity": 0.6, "template_mask_dice": 0.95,
-            "template_end_coverage": 0.85, "registration_gain": 0.0}
+            "mask_edge_offset_mm": -1.0, "brain_noise": 0.05, "registration_similarity": 0.6,
+            "template_mask_dice": 0.95, "template_end_coverage": 0.85, "registration_gain": 0.0}
     s = QCSettings()
     assert qc_checks(good, s) == []
     edge = qc_checks({**good, "mask_edge_contrast": s.max_mask_edge_contrast + 0.05}, s)
     assert len(edge) == 1 and "edge contrast" in edge[0] and "skull stripping" in edge[0]
+    out = qc_checks({**good, "mask_edge_offset_mm": s.max_mask_edge_offset_mm + 0.1}, s)
+    assert len(out) == 1 and "outside the brain mask" in out[0] and "cut into" in out[0]
+    into = qc_checks({**good, "mask_edge_offset_mm": s.min_mask_edge_offset_mm - 0.1}, s)
+    assert len(into) == 1 and "inside the brain mask" in into[0] and "skull" in into[0]
     dice = qc_checks({**good, "template_mask_dice": s.min_template_mask_dice - 0.02}, s)
     assert len(dice) == 1 and "Dice" in dice[0] and "misregistration" in dice[0]
     noise = qc_checks({**good, "brain_noise": s.max_brain_noise + 0.01}, s)
@@ -156,6 +241,7 @@ def _all_metrics(data, brain, affine, template_to_native, cfg) -> dict:
     spacing = tuple(float(s) for s in np.sqrt((affine[:3, :3] ** 2).sum(axis=0)))
     return {"brain_volume_ml": float(brain.sum()) * float(np.prod(spacing)) / 1000,
             "mask_edge_contrast": mask_edge_contrast(data, brain, spacing),
+            "mask_edge_offset_mm": mask_edge_offset_mm(data, brain, spacing),
             "brain_noise": brain_noise(data, brain, spacing),
             **registration_metrics(data, brain, affine, template_to_native,
                                    cfg.registration.resolution_mm)}

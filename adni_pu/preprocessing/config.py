@@ -134,7 +134,9 @@ class QCSettings:
     min_brain_ml: float = 700.0
     max_brain_ml: float = 2500.0
     max_brain_fraction_of_head: float = 0.85
-    max_mask_edge_contrast: float = 0.76
+    max_mask_edge_contrast: float = 1.0
+    min_mask_edge_offset_mm: float = -3.5
+    max_mask_edge_offset_mm: float = 1.0
     max_brain_noise: float = 0.15
     min_registration_similarity: float = 0.35
     min_template_mask_dice: float = 0.9

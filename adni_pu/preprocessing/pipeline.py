@@ -276,7 +276,14 @@ def _run_steps(scan: Scan, paths: dict[str, Path], config: PreprocessConfig,
     from .cerebellum import cerebellum_mask_cached as cerebellum_mask
     from .intensity import normalise
     from .n4 import head_mask, n4_correct
-    from .qc import brain_noise, mask_edge_contrast, qc_checks, qc_picture, registration_metrics
+    from .qc import (
+        brain_noise,
+        mask_edge_contrast,
+        mask_edge_offset_mm,
+        qc_checks,
+        qc_picture,
+        registration_metrics,
+    )
     from .skullstrip import skull_strip
 
     with _timed(timings, "read"):
@@ -305,6 +312,7 @@ def _run_steps(scan: Scan, paths: dict[str, Path], config: PreprocessConfig,
         metrics["brain_volume_ml"] / max(metrics["head_volume_ml"], 1e-9), 4)
     with _timed(timings, "qc_mask"):
         metrics["mask_edge_contrast"] = round(mask_edge_contrast(corrected, brain, spacing), 4)
+        metrics["mask_edge_offset_mm"] = round(mask_edge_offset_mm(corrected, brain, spacing), 2)
         metrics["brain_noise"] = round(brain_noise(corrected, brain, spacing), 4)
     side: dict = {}
     side["input"] = {
