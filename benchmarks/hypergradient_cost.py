@@ -14,19 +14,18 @@ two compute the same step.
 
 from __future__ import annotations
 
-import argparse
-import datetime as dt
 import json
 import math
 import statistics
-from pathlib import Path
 
-import torch
+from selfpu_cost import (  # the same results-file form (benchmarks/ is on sys.path)
+    cost_parser,
+    mnist_setup,
+    record,
+)
 
 from adni_pu import config as cfgmod
 from adni_pu import fileio
-from adni_pu.data.benchmarks import load_benchmark
-from adni_pu.provenance import machine_description, package_versions
 from adni_pu.pu.config import TrainConfig, preset_settings
 from adni_pu.pu.trainer import Trainer
 
@@ -55,16 +54,10 @@ def largest_difference(a: list[dict], b: list[dict]) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--data-dir", type=Path, default=Path("../shared/data/mnist"))
-    parser.add_argument("--out", type=Path,
-                        default=Path("benchmarks/results/hypergradient-cost-mnist.json"))
-    parser.add_argument("--threads", type=int, default=1)
+    parser = cost_parser(__doc__, "benchmarks/results/hypergradient-cost-mnist.json")
     parser.add_argument("--epochs", type=int, default=2)
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    data = load_benchmark("mnist", args.data_dir, seed=0)
-    common = {"model": "mlp6", "progress": False, "device": "cpu", "threads": args.threads}
+    data, common = mnist_setup(args)
     seconds: dict[str, list[float]] = {m: [] for m in MODES}
     histories: dict[str, list[dict]] = {}
     for mode in (*MODES, *reversed(MODES)):
@@ -72,24 +65,16 @@ def main() -> None:
         histories.setdefault(mode, history)
         seconds[mode] += [r["time/train_seconds"] for r in history]
     mean = {m: statistics.mean(v) for m, v in seconds.items()}
-    result = {
-        "benchmark": "hypergradient-cost-mnist",
-        "command": "python benchmarks/hypergradient_cost.py " + " ".join(
-            f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()),
-        "date": dt.date.today().isoformat(),
-        "machine": machine_description() + f", {args.threads} torch thread(s)",
-        "data": "MNIST (original IDX), 1,000 labelled positives",
-        "settings": {"model": "mlp6", "phase": 2, "epochs_per_run": args.epochs,
-                     "order": [*MODES, *reversed(MODES)]},
-        "versions": package_versions(),
-        "results": {
-            "phase2_seconds_per_epoch": {m: {"mean": mean[m], "runs": seconds[m]}
-                                         for m in MODES},
-            "jvp_over_double_backward": mean["jvp"] / mean["double-backward"],
-            "largest_relative_difference_of_training_statistics": largest_difference(
-                histories["double-backward"], histories["jvp"]),
-        },
-    }
+    result = record(
+        "hypergradient-cost-mnist", "benchmarks/hypergradient_cost.py", args,
+        "MNIST (original IDX), 1,000 labelled positives",
+        {"model": "mlp6", "phase": 2, "epochs_per_run": args.epochs,
+         "order": [*MODES, *reversed(MODES)]},
+        {"phase2_seconds_per_epoch": {m: {"mean": mean[m], "runs": seconds[m]}
+                                      for m in MODES},
+         "jvp_over_double_backward": mean["jvp"] / mean["double-backward"],
+         "largest_relative_difference_of_training_statistics": largest_difference(
+             histories["double-backward"], histories["jvp"])})
     fileio.atomic_write_text(args.out, json.dumps(result, indent=2) + "\n")
     print(json.dumps(result["results"], indent=2))
 

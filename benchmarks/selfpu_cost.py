@@ -15,6 +15,7 @@ import datetime as dt
 import json
 import statistics
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -31,17 +32,45 @@ def train_seconds(cfg: TrainConfig, data, phase: int | None = None) -> list[floa
     return [r["time/train_seconds"] for r in history if phase is None or r["phase"] == phase]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def record(name: str, script: str, args: argparse.Namespace, data: str,
+           settings: dict[str, Any], results: dict[str, Any]) -> dict[str, Any]:
+    """A results file of a CPU cost benchmark: its command (from ``args``), date, machine
+    (with ``args.threads``), data, settings, package versions and results."""
+    return {
+        "benchmark": name,
+        "command": f"python {script} " + " ".join(
+            f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()),
+        "date": dt.date.today().isoformat(),
+        "machine": machine_description() + f", {args.threads} torch thread(s)",
+        "data": data,
+        "settings": settings,
+        "versions": package_versions(),
+        "results": results,
+    }
+
+
+def cost_parser(doc: str, out: str) -> argparse.ArgumentParser:
+    """The options every MNIST CPU cost benchmark takes: data, output file, threads."""
+    parser = argparse.ArgumentParser(description=doc.split("\n")[0])
     parser.add_argument("--data-dir", type=Path, default=Path("../shared/data/mnist"))
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/selfpu-cost-mnist.json"))
+    parser.add_argument("--out", type=Path, default=Path(out))
     parser.add_argument("--threads", type=int, default=1)
+    return parser
+
+
+def mnist_setup(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
+    """MNIST's PU data (seed 0) and the settings every timed run shares (mlp6, CPU)."""
+    torch.set_num_threads(args.threads)
+    data = load_benchmark("mnist", args.data_dir, seed=0)
+    return data, {"model": "mlp6", "progress": False, "device": "cpu", "threads": args.threads}
+
+
+def main() -> None:
+    parser = cost_parser(__doc__, "benchmarks/results/selfpu-cost-mnist.json")
     parser.add_argument("--nnpu-epochs", type=int, default=3)
     parser.add_argument("--phase-epochs", type=int, default=2)
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    data = load_benchmark("mnist", args.data_dir, seed=0)
-    common = {"model": "mlp6", "progress": False, "device": "cpu", "threads": args.threads}
+    data, common = mnist_setup(args)
     nnpu = cfgmod.from_dict(TrainConfig, {**common, **preset_settings("nnpu"),
                                           "epochs": args.nnpu_epochs})
     k = args.phase_epochs
@@ -54,25 +83,18 @@ def main() -> None:
     base = statistics.mean(before + after)
     p2 = statistics.mean(r["time/train_seconds"] for r in history if r["phase"] == 2)
     p3 = statistics.mean(r["time/train_seconds"] for r in history if r["phase"] == 3)
-    result = {
-        "benchmark": "selfpu-cost-mnist",
-        "command": "python benchmarks/selfpu_cost.py " + " ".join(
-            f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()),
-        "date": dt.date.today().isoformat(),
-        "machine": machine_description() + f", {args.threads} torch thread(s)",
-        "data": "MNIST (original IDX)",
-        "settings": {"batch_size": nnpu.batch_size, "model": "mlp6", "n_labelled": 1000,
-                     "selfpu": cfgmod.to_dict(selfpu.selfpu)},
-        "versions": package_versions(),
-        "results": {
+    result = record(
+        "selfpu-cost-mnist", "benchmarks/selfpu_cost.py", args, "MNIST (original IDX)",
+        {"batch_size": nnpu.batch_size, "model": "mlp6", "n_labelled": 1000,
+         "selfpu": cfgmod.to_dict(selfpu.selfpu)},
+        {
             "nnpu_seconds_per_epoch": {"mean": base, "runs": before + after},
             "selfpu_phase2_seconds_per_epoch": p2,
             "selfpu_phase3_seconds_per_epoch": p3,
             "phase2_ratio": p2 / base,
             "phase3_ratio": p3 / base,
             "targets": {"phase2_ratio": 8.0, "phase3_ratio": 3.5},
-        },
-    }
+        })
     fileio.atomic_write_text(args.out, json.dumps(result, indent=2) + "\n")
     print(json.dumps(result["results"], indent=2))
 
