@@ -193,8 +193,10 @@ def held_out(rec: ValidationRecord, named_rules: dict[str, Rule], n_halvings: in
     in_u = rec.u_mask()
     out: dict[str, list[float]] = {name: [] for name in named_rules}
     for a, b in halvings(rec, n_halvings, seed):
-        ra = selection.pu_risks(loss_pos, loss_neg, rec.labelled & a, in_u & a, rec.prior, rec.prior_u)
-        rb = selection.pu_risks(loss_pos, loss_neg, rec.labelled & b, in_u & b, rec.prior, rec.prior_u)
+        ra = selection.pu_risks(loss_pos, loss_neg, rec.labelled & a, in_u & a, rec.prior,
+                                rec.prior_u)
+        rb = selection.pu_risks(loss_pos, loss_neg, rec.labelled & b, in_u & b, rec.prior,
+                                rec.prior_u)
         for name, rule in named_rules.items():
             out[name].append(float(rb[rule(rec, ra)]))
             out[name].append(float(ra[rule(rec, rb)]))
@@ -204,8 +206,8 @@ def held_out(rec: ValidationRecord, named_rules: dict[str, Rule], n_halvings: in
 def full_choices(rec: ValidationRecord, named_rules: dict[str, Rule]
                  ) -> dict[str, tuple[int, str, float]]:
     """Each rule applied to the whole validation split: (epoch, model, its risk)."""
-    risk = selection.pu_risks(sigmoid(-rec.logits), sigmoid(rec.logits), rec.labelled, rec.u_mask(),
-                    rec.prior, rec.prior_u)
+    risk = selection.pu_risks(sigmoid(-rec.logits), sigmoid(rec.logits), rec.labelled,
+                              rec.u_mask(), rec.prior, rec.prior_u)
     out = {}
     for name, rule in named_rules.items():
         i = rule(rec, risk)

@@ -80,11 +80,11 @@ def cpu_state(model: nn.Module) -> dict[str, torch.Tensor]:
 
 def candidate_state(models: dict[str, nn.Module], candidates: dict[str, nn.Module],
                     name: str) -> dict[str, Any]:
-    """The CPU state of the model ``name`` for the selection: one of ``models``, or the
-    ``"average"`` of the ``candidates`` (the teachers once they exist)."""
+    """The CPU state of the model ``name`` for the selection: one of ``models`` (every
+    network trained now), or the ``"average"`` of the ``candidates``."""
     if name == "average":
         return {"average": [cpu_state(m) for m in candidates.values()]}
-    return {"single": cpu_state({**models, **candidates}[name])}
+    return {"single": cpu_state(models[name])}
 
 
 def save_last(trainer: Any, epoch: int, path: Path) -> None:

@@ -78,23 +78,25 @@ def pu_risks(loss_pos: np.ndarray, loss_neg: np.ndarray, p_mask: np.ndarray,
     return prior * (loss_pos @ p) + scale * (loss_neg @ u - prior_u * (loss_neg @ p))
 
 
+def _teachers_average_only(candidates: list[str], final_model: str) -> bool:
+    """``final_model = "average"`` with the two teachers: only their average competes."""
+    return (final_model == "average" and len(candidates) == 2
+            and candidates[0].startswith("teacher"))
+
+
 def finalists(candidates: list[str], final_model: str) -> list[str]:
     """The models that compete after the last epoch: the candidates and, when there are
     two, their average (only the teachers' average with ``final_model = "average"``)."""
-    if len(candidates) != 2:
-        return list(candidates)
-    if final_model == "average" and candidates[0].startswith("teacher"):
+    if _teachers_average_only(candidates, final_model):
         return ["average"]
-    return [*candidates, "average"]
+    return [*candidates, "average"] if len(candidates) == 2 else list(candidates)
 
 
 def pool(candidates: list[str], final_model: str, selection: str) -> list[str]:
     """The models whose scores compete at an epoch under ``selection``."""
     if selection == "final":
         return finalists(candidates, final_model)
-    if final_model == "average" and len(candidates) == 2 and candidates[0].startswith("teacher"):
-        return ["average"]
-    return list(candidates)
+    return ["average"] if _teachers_average_only(candidates, final_model) else list(candidates)
 
 
 @dataclass

@@ -81,7 +81,6 @@ class Trainer:
         at fit start, epoch end and fit end (default: the run folder's files,
         :func:`adni_pu.pu.recorders.run_folder_recorders`)."""
         self.cfg = config
-        self.sp = config.selfpu
         self.data = data
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
