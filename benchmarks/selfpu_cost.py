@@ -38,8 +38,7 @@ def record(name: str, script: str, args: argparse.Namespace, data: str,
     (with ``args.threads``), data, settings, package versions and results."""
     return {
         "benchmark": name,
-        "command": f"python {script} " + " ".join(
-            f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()),
+        "command": " ".join(["python", script, *_options(vars(args))]),
         "date": dt.date.today().isoformat(),
         "machine": machine_description() + f", {args.threads} torch thread(s)",
         "data": data,
@@ -47,6 +46,20 @@ def record(name: str, script: str, args: argparse.Namespace, data: str,
         "versions": package_versions(),
         "results": results,
     }
+
+
+def _options(values: dict[str, Any]) -> list[str]:
+    """Parsed options back as command-line words (flags bare, lists spread)."""
+    words: list[str] = []
+    for name, value in values.items():
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            words += [flag] if value else []
+        elif isinstance(value, (list, tuple)):
+            words += [flag, *map(str, value)]
+        else:
+            words += [flag, str(value)]
+    return words
 
 
 def cost_parser(doc: str, out: str) -> argparse.ArgumentParser:

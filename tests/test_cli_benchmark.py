@@ -106,13 +106,17 @@ def test_mnist_nnpu_three_epochs_writes_results_json(tmp_path):
     assert "already done" in again.output
 
 
+def _selfpu_subset_args(seeds: int) -> list[str]:
+    """A Self-PU benchmark on an MNIST subset, one epoch per phase."""
+    return ["benchmark", "mnist", "--method", "selfpu", "--seeds", str(seeds), "--epochs", "3",
+            "--data-dir", str(shared_path("mnist")), "--train-limit", "600", "--test-limit",
+            "200", "--threads", "1", "--n-labelled", "100", "--set", "selfpu.warmup_epochs=1",
+            "--set", "selfpu.self_paced_end=2", "--set", "selfpu.select_every=1"]
+
+
 @pytest.mark.integration
 def test_benchmark_in_timed_pieces_equals_one_run(tmp_path):
-    data = shared_path("mnist")
-    args = ["benchmark", "mnist", "--method", "selfpu", "--seeds", "1", "--epochs", "3",
-            "--data-dir", str(data), "--train-limit", "600", "--test-limit", "200",
-            "--threads", "1", "--n-labelled", "100", "--set", "selfpu.warmup_epochs=1",
-            "--set", "selfpu.self_paced_end=2", "--set", "selfpu.select_every=1"]
+    args = _selfpu_subset_args(1)
     whole = runner.invoke(app, [*args, "--out", str(tmp_path / "whole")])
     assert whole.exit_code == 0, whole.output
     codes = []
@@ -132,3 +136,29 @@ def test_benchmark_in_timed_pieces_equals_one_run(tmp_path):
     assert a["test"] == b["test"]
     assert a["selected_epoch"] == b["selected_epoch"]
     assert a["val_score"] == b["val_score"]
+
+
+def test_benchmark_population_in_pieces_equals_seeds_one_by_one(tmp_path):
+    """--population 2 trains both seeds at once; in timed pieces it stops and resumes at
+    epoch boundaries, and every seed's result is close to the seed trained alone. (Exact
+    agreement to rounding is tests/test_population.py's; on MNIST, Adam's first steps turn
+    rounding in near-zero gradients into differences of about 1e-4 within an epoch.)"""
+    args = _selfpu_subset_args(2)
+    alone = runner.invoke(app, [*args, "--out", str(tmp_path / "alone")])
+    assert alone.exit_code == 0, alone.output
+    codes = []
+    for _ in range(5):
+        piece = runner.invoke(app, [*args, "--out", str(tmp_path / "together"),
+                                    "--population", "2", "--time-limit", "0.0001"])
+        codes.append(piece.exit_code)
+        if piece.exit_code == 0:
+            break
+    assert codes == [75, 75, 0]
+    a, b = (json.loads((tmp_path / p / "results.json").read_text())["per_seed"]
+            for p in ("alone", "together"))
+    for one, both in zip(a, b):
+        assert (one["population"], both["population"]) == (1, 2)
+        assert both["val_score"] == pytest.approx(one["val_score"], rel=5e-3)
+        assert abs(both["test"]["accuracy"] - one["test"]["accuracy"]) <= 3 / 200
+    bad = runner.invoke(app, [*args, "--out", str(tmp_path / "bad"), "--population", "0"])
+    assert bad.exit_code != 0 and "--population 0" in bad.output

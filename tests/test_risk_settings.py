@@ -106,7 +106,7 @@ def test_band_layout_and_prior_in_the_trainer(tiny_pu):
     assert f_val != f_band  # the two estimates differ on this data, so both are checked
     batches = trainer.epoch_batches(np.random.default_rng(0))
     trainer.strategy.begin_training(0, 2)
-    layouts = trainer.layouts(EpochPlan.of(batches), 2)
+    layouts = trainer.strategy.layouts(EpochPlan.of(batches), 2)
     for batch, lay in zip(batches, layouts):
         rows = trainer.entries.base[batch]
         want = np.flatnonzero(trainer.entries.s[batch].astype(bool) & np.isin(rows, expected))
@@ -116,7 +116,7 @@ def test_band_layout_and_prior_in_the_trainer(tiny_pu):
     plain.strategy.select(0)
     assert plain.students[0].band_pos is None
     plain.strategy.begin_training(0, 2)
-    lay = plain.layouts(EpochPlan.of(batches), 2)[0]
+    lay = plain.strategy.layouts(EpochPlan.of(batches), 2)[0]
     assert lay.band_pos == []
 
 
@@ -283,7 +283,7 @@ def test_band_rest_rows_leave_out_the_labelled_copies(tiny_pu):
     members = [s.trusted.membership(len(tiny_pu.train))[0] for s in trainer.students]
     trainer.strategy.begin_training(0, 2)
     seen_copy = False
-    for batch, lay in zip(batches, trainer.layouts(EpochPlan.of(batches), 2)):
+    for batch, lay in zip(batches, trainer.strategy.layouts(EpochPlan.of(batches), 2)):
         rows = trainer.entries.base[batch]
         s_b = trainer.entries.s[batch]
         copies = (s_b == 0) & tiny_pu.train.labelled[rows]

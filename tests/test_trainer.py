@@ -212,7 +212,7 @@ def test_a_pause_at_the_time_limit_saves_the_last_finished_epoch(tiny_pu, tmp_pa
     cfg = tiny_config(method="nnpu", epochs=6, checkpoint_every=4)
     trainer = Trainer(cfg, tiny_pu, tmp_path / "run", log=lambda _: None)
     fits = iter([True, False])  # the second epoch fits, the third does not
-    monkeypatch.setattr(trainer, "_fits", lambda epoch, deadline: next(fits))
+    monkeypatch.setattr(trainer, "fits_before", lambda epoch, deadline: next(fits))
     assert not trainer.fit(deadline=time.monotonic() + 3600).complete
     saved = torch.load(tmp_path / "run" / checkpoint.LAST, weights_only=False)
     assert saved["epoch"] == 1  # epochs 0-1 done; without the pause nothing was saved yet

@@ -15,7 +15,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 
 from adni_pu.data.benchmarks import crop_flip
 from adni_pu.data.pu import make_pu_data
-from adni_pu.pu import selfpu_loss
+from adni_pu.pu import checkpoint, selfpu_loss
 from adni_pu.pu.trainer import Trainer
 
 SP = {"warmup_epochs": 1, "self_paced_end": 2, "select_every": 1, "teacher_rampup_epochs": 1}
@@ -182,7 +182,7 @@ def test_bf16_autocast_runs_selfpu_on_a_cnn(tiny_images):
 def _fit_in_pieces(cfg, data, run, abort_mid_epoch: bool, monkeypatch) -> int:
     """Fit with a deadline that has always passed: one epoch per piece. Returns pieces."""
     if abort_mid_epoch:  # start every epoch, so the second one stops at its first batch
-        monkeypatch.setattr(Trainer, "_fits", lambda self, epoch, deadline: True)
+        monkeypatch.setattr(Trainer, "fits_before", lambda self, epoch, deadline: True)
     pieces = 0
     while True:
         pieces += 1
@@ -201,7 +201,7 @@ def test_run_cut_into_pieces_equals_uninterrupted(tiny_pu, tmp_path, monkeypatch
     pieces = _fit_in_pieces(cfg, tiny_pu, tmp_path / "pieces", abort_mid_epoch, monkeypatch)
     assert pieces == 4
     resumed = Trainer(cfg, tiny_pu, tmp_path / "pieces")
-    resumed._maybe_resume()
+    checkpoint.resume(resumed)
     for a, b in zip(_weights(straight), _weights(resumed)):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
     strip = [{k: v for k, v in r.items() if not k.startswith("time/")} for r in
@@ -228,7 +228,7 @@ def test_bf16_checkpoint_is_half_size_and_resumes(tiny_images, tmp_path):
     while not Trainer(half, tiny_images, run).fit(deadline=time.monotonic()).complete:
         pass
     resumed = Trainer(half, tiny_images, run)
-    resumed._maybe_resume()
+    checkpoint.resume(resumed)
     assert [p.dtype for p in resumed.students[0].model.parameters()][0] == torch.float32
     # each resume continues from rounded values: the losses follow the straight run closely
     for a, b in zip(straight.history, resumed.history):

@@ -26,7 +26,7 @@ def _run(dataset: str, method: str, preset: str | None, seeds: int, seed_offset:
          n_labelled: int, prior: float | None, scheme: str, val_fraction: float,
          results_json: Path | None, threads: int, device: str,
          train_limit: int | None = None, test_limit: int | None = None,
-         time_limit: float | None = None) -> None:
+         time_limit: float | None = None, population: int = 1) -> None:
     from adni_pu.workflows.benchmark import BenchmarkSpec, markdown_table, run_benchmark
 
     if method not in ("naive", "upu", "nnpu", "selfpu"):
@@ -43,6 +43,7 @@ def _run(dataset: str, method: str, preset: str | None, seeds: int, seed_offset:
         n_labelled=n_labelled, prior=prior, scheme=scheme, val_fraction=val_fraction,
         config_file=config, settings=settings, overrides=list(sets),
         train_limit=train_limit, test_limit=test_limit, time_limit=time_limit,
+        population=population,
     )
     summary = run_benchmark(spec, results_json)
     if summary.get("status") == "incomplete":
@@ -89,10 +90,13 @@ def _command(dataset: str):  # noqa: ANN202 - typer reads the signature
             show_default="none",
             help="minutes to train before checkpointing and stopping (exit status 75); "
                  "the same command continues")] = None,
+        population: Annotated[int, typer.Option(
+            help="seeds trained at once, every network in one stack (equal to training them "
+                 "one by one up to rounding; a GPU's launches are shared)")] = 1,
     ) -> None:
         _run(dataset, method, preset, seeds, seed_offset, epochs, data_dir, out, config,
              set_ or [], n_labelled, prior, scheme, val_fraction, results_json, threads, device,
-             train_limit, test_limit, time_limit)
+             train_limit, test_limit, time_limit, population)
 
     command.__doc__ = f"Train on {dataset} PU splits over several seeds; write results JSON."
     return command

@@ -32,6 +32,8 @@ from typing import Literal
 import torch
 from torch import nn
 
+from adni_pu.pu.stack import Stack
+
 ValidationObjective = Callable[[dict[str, torch.Tensor]], torch.Tensor]
 WeightMode = Literal["shrink", "mean-one"]
 BatchNormMode = Literal["batch", "running"]
@@ -75,18 +77,22 @@ def cloned_buffers(model: nn.Module) -> dict[str, torch.Tensor]:
 
 
 def functional_forward(model: nn.Module, params: dict[str, torch.Tensor], x: object,
-                       bn: BatchNormMode = "batch") -> torch.Tensor:
+                       bn: BatchNormMode = "batch", valid: torch.Tensor | None = None
+                       ) -> torch.Tensor:
     """Run ``model`` with ``params`` in place of its parameters and private buffer copies.
 
     ``bn="running"`` runs its BatchNorm layers in evaluation mode (normalised by the running
-    statistics, not by this batch's) for the call, whatever the model's mode."""
+    statistics, not by this batch's) for the call, whatever the model's mode. ``valid``:
+    a :class:`Stack`'s rows that are examples (the rest pad the batch)."""
+    source = model.skeleton if isinstance(model, Stack) else model
     norms = [] if bn == "batch" else [
-        m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+        m for m in source.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
     modes = [m.training for m in norms]
     try:
         for m in norms:
             m.eval()
-        return torch.func.functional_call(model, {**cloned_buffers(model), **params}, (x,))
+        args = (x,) if valid is None else (x, valid)
+        return torch.func.functional_call(model, {**cloned_buffers(model), **params}, args)
     finally:
         for m, mode in zip(norms, modes):
             m.train(mode)
@@ -99,18 +105,24 @@ def hypergradient(
     objective: ValidationObjective,
     step_size: float,
     sign_flip: bool = False,
+    counts: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``u = -d objective(theta - delta * grad L(theta, w)) / d w`` at ``w = 0`` (2 x n).
 
     ``entropy_terms`` and ``pu_terms`` are per-example losses that still hold their graph to
     the model's parameters. ``sign_flip`` reproduces the published code's defect (the
-    entropy term enters the virtual loss with the opposite sign).
+    entropy term enters the virtual loss with the opposite sign). For a :class:`Stack` the
+    terms are M x B and ``counts`` (M x 1) is each model's number of reweighted rows, the
+    virtual loss's divisor (the other rows' u are computed too, and ignored by the caller):
+    the result is then 2 x M x B.
     """
-    n = pu_terms.numel()
-    weights = torch.zeros(2, n, dtype=pu_terms.dtype, device=pu_terms.device,
+    shape = pu_terms.shape
+    weights = torch.zeros(2, *shape, dtype=pu_terms.dtype, device=pu_terms.device,
                           requires_grad=True)
     sign = -1.0 if sign_flip else 1.0
-    virtual_loss = (weights[0] * sign * entropy_terms + weights[1] * pu_terms).sum() / max(n, 1)
+    terms = weights[0] * sign * entropy_terms + weights[1] * pu_terms
+    virtual_loss = (terms.sum() / max(pu_terms.numel(), 1) if counts is None
+                    else (terms / counts.clamp(min=1)).sum())
     names, params = virtual_parameters(model)
     grads = torch.autograd.grad(virtual_loss, params, create_graph=True, retain_graph=True,
                                 allow_unused=True)
@@ -121,7 +133,7 @@ def hypergradient(
     value = objective(moved)
     (grad_w,) = torch.autograd.grad(value, weights, retain_graph=True, allow_unused=True)
     if grad_w is None:
-        return torch.zeros(2, n, device=pu_terms.device)
+        return torch.zeros(2, *shape, device=pu_terms.device)
     return -grad_w.detach()
 
 
@@ -135,6 +147,7 @@ def hypergradient_jvp(
     objective: ValidationObjective,
     step_size: float,
     sign_flip: bool = False,
+    counts: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The hypergradient of :func:`hypergradient` by forward mode, without a second-order
     backward pass.
@@ -157,38 +170,48 @@ def hypergradient_jvp(
 
     primals = tuple(p.detach() for p in params)
     _, tangent = torch.func.jvp(terms, primals, direction)
-    n = tangent.shape[1]
     sign = torch.tensor([-1.0 if sign_flip else 1.0, 1.0], dtype=tangent.dtype,
-                        device=tangent.device)
-    return (step_size / max(n, 1)) * sign[:, None] * tangent.detach()
+                        device=tangent.device).view(2, *[1] * (tangent.dim() - 1))
+    scale = (step_size / max(tangent.shape[1], 1) if counts is None
+             else step_size / counts.clamp(min=1))
+    return scale * sign * tangent.detach()
 
 
 def normalise_weights(raw: torch.Tensor, batch_size: int, cap: float,
-                      mode: WeightMode = "shrink") -> CalibrationWeights:
-    """Clamp, per-example normalisation and the batch cap on the entropy weight (see module)."""
+                      mode: WeightMode = "shrink", mask: torch.Tensor | None = None
+                      ) -> CalibrationWeights:
+    """Clamp, per-example normalisation and the batch cap on the entropy weight (see module).
+
+    ``raw`` is 2 x n; or 2 x M x B for a stack of M models, with ``mask`` (M x B, 0/1)
+    marking each model's reweighted rows (the others get ce = 0, pu = 1 and no say)."""
+    if mask is not None:
+        raw = raw * mask
     w = torch.clamp(raw, min=0.0)
     total = w.sum(dim=0)
     has = total > 0
     if mode == "mean-one" and raw.numel():
         size = raw.abs()
-        tiny = (size <= TINY * size.max()).all(dim=0)
+        tiny = (size <= TINY * size.amax(dim=(0, -1), keepdim=True)).all(dim=0)
         has = has & ~tiny
     ce = torch.where(has, w[0] / torch.where(has, total, torch.ones_like(total)),
                      torch.zeros_like(total))
     pu = torch.where(has, 1.0 - ce, torch.ones_like(total))
     budget = cap * batch_size
-    order = torch.argsort(ce, descending=True, stable=True)
-    over = torch.cumsum(ce[order], 0) > budget + 1e-12
+    order = torch.argsort(ce, dim=-1, descending=True, stable=True)
+    ranked = ce.gather(-1, order)
+    over = torch.cumsum(ranked, -1) > budget + 1e-12
     # the capped examples as a mask in example order (a scatter: no data-dependent shape)
-    capped = torch.zeros_like(has).scatter(0, order, over & (ce[order] > 0))
+    capped = torch.zeros_like(has).scatter(-1, order, over & (ranked > 0))
     ce = ce.masked_fill(capped, 0.0)
     pu = pu.masked_fill(capped, 1.0)
     if mode == "mean-one":
-        pu_sum = pu.sum()
+        rows = pu if mask is None else pu * mask
+        pu_sum = rows.sum(-1, keepdim=True)
+        count = pu.shape[-1] if mask is None else mask.sum(-1, keepdim=True)
         ok = pu_sum > 0
-        pu = torch.where(ok, pu * pu.numel() / torch.where(ok, pu_sum, torch.ones_like(pu_sum)),
+        pu = torch.where(ok, pu * count / torch.where(ok, pu_sum, torch.ones_like(pu_sum)),
                          torch.ones_like(pu))
-    return CalibrationWeights(ce, pu, raw, capped.sum())
+    return CalibrationWeights(ce, pu, raw, capped.sum(-1))
 
 
 def calibration_weights(

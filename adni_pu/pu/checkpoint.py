@@ -124,6 +124,28 @@ def read_last(path: Path, cfg: TrainConfig, device: torch.device, settings_file:
     return state
 
 
+def check_resume(trainer: Any) -> dict[str, Any] | None:
+    """The trainer's run folder's checkpoint (None when there is none).
+
+    Raises :class:`ResumeError` when it was made with other settings. Callers that write
+    into the run folder before fitting call this first, so a refused rerun leaves the
+    folder as it was.
+    """
+    if trainer.run_dir is None:
+        return None
+    return read_last(trainer.run_dir / LAST, trainer.cfg, trainer.device,
+                     trainer.run_dir / "config.toml")
+
+
+def resume(trainer: Any) -> None:
+    """Restore the trainer from its run folder's checkpoint, if there is one."""
+    state = check_resume(trainer)
+    if state is None:
+        return
+    restore(trainer, state)
+    trainer.log(f"resumed from {trainer.run_dir / LAST} after epoch {state['epoch'] + 1}")
+
+
 def restore(trainer: Any, state: dict[str, Any]) -> None:
     """Put a checkpoint's students, history and selection back into ``trainer``."""
     for st, saved in zip(trainer.students, state["students"]):

@@ -88,6 +88,26 @@ def pu_risk(
     return PURisk(r_p, r_n)
 
 
+def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of ``values`` over the rows where ``mask`` is 1 along the last axis (one mean per
+    model of a stack); zero where the mask holds no row."""
+    return (values * mask).sum(-1) / mask.sum(-1).clamp(min=1)
+
+
+def masked_pu_risk(logits: torch.Tensor, pos: torch.Tensor, unl: torch.Tensor,
+                   prior: float | torch.Tensor, prior_u: float | torch.Tensor,
+                   weights_u: torch.Tensor | None = None) -> PURisk:
+    """:func:`pu_risk` for a stack of models: ``logits`` M x B, the labelled-positive and
+    unlabelled rows as 0/1 masks, priors per model (M) or shared; one risk per model."""
+    scale = (1.0 - prior) / (1.0 - prior_u)
+    loss_u = sigmoid_loss(logits, -1.0)
+    r_p = prior * masked_mean(sigmoid_loss(logits, 1.0), pos)
+    correction = masked_mean(loss_u, pos)
+    weighted = loss_u if weights_u is None else weights_u * loss_u
+    r_n = scale * (masked_mean(weighted, unl) - prior_u * correction)
+    return PURisk(r_p, r_n)
+
+
 def upu_loss(logits_p: torch.Tensor, logits_u: torch.Tensor, prior: float,
              prior_u: float | None = None) -> torch.Tensor:
     """The unbiased PU risk, to minimise directly."""

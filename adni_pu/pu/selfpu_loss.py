@@ -128,10 +128,16 @@ def distillation(logits: torch.Tensor, other: torch.Tensor | None, s: torch.Tens
         stats["student_consistency"] = l_st.detach().double()
         extra = extra + sp.student_weight * l_st
     if teacher_loss is not None:
-        l_t = teacher_loss()
-        weight = sp.teacher_weight * sigmoid_rampup(epoch - sp.self_paced_end,
-                                                    sp.teacher_rampup_epochs)
-        stats["teacher_consistency"] = l_t.detach().double()
-        stats["teacher_weight"] = weight
-        extra = extra + weight * l_t
+        extra = extra + teacher_term(teacher_loss(), sp, epoch, stats)
     return extra
+
+
+def teacher_term(l_t: torch.Tensor, sp: SelfPUConfig, epoch: float, stats: Stats
+                 ) -> torch.Tensor:
+    """The mean-teacher consistency ``l_t`` weighted by its ramp-up at ``epoch`` (adds
+    its statistics to ``stats``)."""
+    weight = sp.teacher_weight * sigmoid_rampup(epoch - sp.self_paced_end,
+                                                sp.teacher_rampup_epochs)
+    stats["teacher_consistency"] = l_t.detach().double()
+    stats["teacher_weight"] = weight
+    return weight * l_t

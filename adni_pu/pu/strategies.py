@@ -154,6 +154,16 @@ class Baseline:
         """One meta-step validation batch per training batch (None: no meta step)."""
         return iter([None] * n_batches)
 
+    def layouts(self, plan: EpochPlan, phase: int) -> list[Layout]:
+        """Where each batch's rows sit, on the device: D_P and D_U, and the method's own
+        row sets (after :meth:`begin_training`)."""
+        e = self.engine
+        layouts = [Layout(n, *(r if isinstance(r, slice) else e.device_data.rows(r)
+                               for r in rows))
+                   for n, rows in zip(plan.sizes, plan.labelled_rows(e.entries.s))]
+        self.add_rows(plan, layouts, phase)
+        return layouts
+
     def add_rows(self, plan: EpochPlan, layouts: list[Layout], phase: int) -> None:
         """Add the method's own row sets to the epoch's layouts."""
 
@@ -233,6 +243,12 @@ class SelfPU(Baseline):
         self._members = [m for m, _ in memberships]
         self._targets = [torch.from_numpy(t).to(e.device) for _, t in memberships]
 
+    @property
+    def trusted_targets(self) -> list[torch.Tensor]:
+        """Per student, the soft label of every training example (zero outside its trusted
+        set), on the device, as :meth:`begin_training` made them for this epoch."""
+        return self._targets
+
     # ------------------------------------------------------------------ phase 2: selection
 
     def select(self, epoch: int) -> None:
@@ -300,25 +316,32 @@ class SelfPU(Baseline):
         if phase < 2:
             return
         e = self.engine
-        rows = e.entries.base[plan.order]
-        in_u = e.entries.s[plan.order] == 0
-        for member, st in zip(self._members, e.students):
-            trusted = in_u & member[rows]
-            rest = in_u & ~trusted
-            if self.sp.rest_risk == "band":
-                # the labelled positives' copies in D_U (case-control) are known positives
-                # at every score, not a sample of the band: leave them out of U'
-                rest &= ~e.data.train.labelled[rows]
-            masks = [("trusted", trusted), ("rest", rest), ("outside", ~trusted)]
-            if self.sp.rest_risk == "band":
-                in_band = np.zeros(len(member), dtype=bool)
-                in_band[slice(None) if st.band_pos is None else st.band_pos] = True
-                masks.append(("band_pos", ~in_u & in_band[rows]))
-            for key, mask in masks:
+        for k in range(len(e.students)):
+            for key, mask in self.row_masks(plan, k):
                 local, counts = plan.positions(mask)
                 parts = torch.split(torch.from_numpy(local).to(e.device), counts)
                 for lay, part in zip(layouts, parts):
                     getattr(lay, key).append(part)
+
+    def row_masks(self, plan: EpochPlan, k: int) -> list[tuple[str, np.ndarray]]:
+        """Student ``k``'s row sets over the epoch's rows end to end (``plan.order``), as
+        masks: "trusted", "rest", "outside" and (``rest_risk="band"``) "band_pos"."""
+        e, st = self.engine, self.engine.students[k]
+        member = self._members[k]
+        rows = e.entries.base[plan.order]
+        in_u = e.entries.s[plan.order] == 0
+        trusted = in_u & member[rows]
+        rest = in_u & ~trusted
+        if self.sp.rest_risk == "band":
+            # the labelled positives' copies in D_U (case-control) are known positives
+            # at every score, not a sample of the band: leave them out of U'
+            rest &= ~e.data.train.labelled[rows]
+        masks = [("trusted", trusted), ("rest", rest), ("outside", ~trusted)]
+        if self.sp.rest_risk == "band":
+            in_band = np.zeros(len(member), dtype=bool)
+            in_band[slice(None) if st.band_pos is None else st.band_pos] = True
+            masks.append(("band_pos", ~in_u & in_band[rows]))
+        return masks
 
     # ------------------------------------------------------------------ phase 2: calibration
 

@@ -12,25 +12,30 @@ weights are not the average of the statistics.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable
+from copy import deepcopy
 from typing import Any, Literal
 
 import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from adni_pu.pu.stack import Stack, key
+
 
 class MeanTeacher:
     """A frozen copy of a student whose weights follow the student's by averaging."""
 
     def __init__(self, student: nn.Module, mode: Literal["ema", "uniform"] = "ema",
-                 decay: float = 0.999, bn: Literal["average", "recompute"] = "average") -> None:
+                 decay: float = 0.999, bn: Literal["average", "recompute"] = "average",
+                 copy: bool = True) -> None:
+        """A teacher starting as a copy of ``student`` (``copy=False``: ``student`` itself
+        becomes the teacher's model, e.g. a stack of teachers)."""
         if mode not in ("ema", "uniform"):
             raise ValueError(f"teacher mode {mode!r}: expected 'ema' or 'uniform'")
         if bn not in ("average", "recompute"):
             raise ValueError(f"teacher BatchNorm {bn!r}: expected 'average' or 'recompute'")
-        self.model = copy.deepcopy(student)
+        self.model = deepcopy(student) if copy else student
         for p in self.model.parameters():
             p.requires_grad_(False)
         self.mode = mode
@@ -72,7 +77,11 @@ class MeanTeacher:
 
 
 def batchnorm_buffers(model: nn.Module) -> set[str]:
-    """The names of the BatchNorm running statistics (and batch counters) of ``model``."""
+    """The names of the BatchNorm running statistics (and batch counters) of ``model``
+    (a :class:`~adni_pu.pu.stack.Stack`: of its members, under the stack's names)."""
+    if isinstance(model, Stack):
+        inner = batchnorm_buffers(model.skeleton)
+        return {key(name) for name in model.buffer_names if model.inner_name(name) in inner}
     return {f"{prefix}.{name}" if prefix else name
             for prefix, module in model.named_modules() if isinstance(module, _BatchNorm)
             for name, _ in module.named_buffers(recurse=False)}

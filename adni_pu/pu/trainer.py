@@ -4,7 +4,10 @@ A data set reaches the trainer as :class:`~adni_pu.data.pu.PUData` (training, va
 test splits, each a tensor of examples or a map-style dataset) plus a model factory. The
 algorithm is chosen by :class:`~adni_pu.pu.config.TrainConfig` alone.
 
-This module is the loop (fit, epochs, the time limit, resume, recorders). What a method
+This module is one run: its state, the pieces of an epoch (the strategy's work before it,
+the training pass, evaluation and recording after it), resume and the time limit; the loop
+over epochs is :func:`adni_pu.pu.loop.run_epochs`, which also trains a population of runs
+(:mod:`adni_pu.pu.population`). What a method
 does in an epoch is its strategy (:mod:`adni_pu.pu.strategies`: the Self-PU phases are its
 methods); batches are planned in :mod:`adni_pu.pu.batching` and placed on the device by
 :mod:`adni_pu.pu.device_data`; :mod:`adni_pu.pu.selection` chooses the model on validation.
@@ -16,8 +19,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -39,27 +41,12 @@ from adni_pu.pu.device_data import (
     resolve_device,
     scoring_inputs,
 )
+from adni_pu.pu.loop import FitResult, OutOfTime, run_epochs
 from adni_pu.pu.metrics import binary_metrics
 from adni_pu.pu.recorders import Recorder, run_folder_recorders
-from adni_pu.pu.strategies import Batch, Layout, strategy_for
+from adni_pu.pu.strategies import Batch, strategy_for
 
 ModelFactory = Callable[[], nn.Module]
-
-
-@dataclass
-class FitResult:
-    """What :meth:`Trainer.fit` leaves: the chosen model and the per-epoch history."""
-
-    best_epoch: int
-    best_candidate: str
-    best_score: float
-    history: list[dict[str, Any]]
-    run_dir: Path | None
-    complete: bool = True  # False when ``fit`` stopped at its deadline before the last epoch
-
-
-class _OutOfTime(Exception):
-    """Raised inside an epoch that passes the deadline (its work is dropped)."""
 
 
 class Trainer:
@@ -133,44 +120,44 @@ class Trainer:
         return epoch_batches(self.entries, rng, self.cfg.batch_size, self.cfg.positive_share,
                              None if self.ddp is None else self.ddp.round_batches)
 
-    def layouts(self, plan: EpochPlan, phase: int) -> list[Layout]:
-        """Where each batch's rows sit, on the device: D_P and D_U, and the strategy's own
-        row sets (after its :meth:`~adni_pu.pu.strategies.Baseline.begin_training`)."""
-        layouts = [Layout(n, *(r if isinstance(r, slice) else self.device_data.rows(r)
-                               for r in rows))
-                   for n, rows in zip(plan.sizes, plan.labelled_rows(self.entries.s))]
-        self.strategy.add_rows(plan, layouts, phase)
-        return layouts
+    def plan_epoch(self, epoch: int, phase: int) -> tuple[EpochPlan, Iterator[Any],
+                                                          Iterator[Any]]:
+        """The strategy's start of the epoch's training pass, then its batch plan, the meta
+        step's validation batches and the training inputs, all from the epoch's random
+        streams (the seed and the epoch number)."""
+        rng = np.random.default_rng([self.cfg.seed, epoch])
+        self.strategy.begin_training(epoch, phase)
+        batches = self.epoch_batches(rng)
+        if self.ddp is not None:  # this rank's share of the epoch's batches
+            batches = self.ddp.shard(batches, epoch)
+        metas = self.strategy.validation_batches(rng, phase, len(batches))
+        plan = EpochPlan.of(batches)
+        inputs = self.device_data.training_batches(
+            self.data.train.x, plan, self.entries, self.cfg.augment, self.cfg.crop_padding,
+            self.cfg.seed * 1_000_003 + epoch)
+        return plan, metas, inputs
 
     def train_epoch(self, epoch: int, deadline: float | None = None) -> dict[str, Any]:
         """One pass over the training entries; returns the epoch's mean statistics.
 
         With a ``deadline`` (``time.monotonic()`` seconds) the epoch stops with
-        :class:`_OutOfTime` once the deadline passes; the run folder keeps the last epoch.
+        :class:`OutOfTime` once the deadline passes; the run folder keeps the last epoch.
         """
         strategy = self.strategy
         phase = strategy.phase(epoch)
-        rng = np.random.default_rng([self.cfg.seed, epoch])
         torch.manual_seed(self.cfg.seed * 100_003 + epoch)
-        strategy.begin_training(epoch, phase)
+        plan, metas, inputs = self.plan_epoch(epoch, phase)
         for st in self.students:
             st.model.train()
-        batches = self.epoch_batches(rng)
-        if self.ddp is not None:  # this rank's share of the epoch's batches
-            batches = self.ddp.shard(batches, epoch)
-        metas = strategy.validation_batches(rng, phase, len(batches))
-        plan = EpochPlan.of(batches)
-        layouts = self.layouts(plan, phase)
+        layouts = strategy.layouts(plan, phase)
         values: dict[str, list[Any]] = {}
+        batches = plan.batches
         progress = progress_bar(len(batches), f"epoch {epoch + 1}/{self.cfg.epochs}",
                                 self.cfg.progress, leave=False, terminal_only=True)
-        inputs = self.device_data.training_batches(
-            self.data.train.x, plan, self.entries, self.cfg.augment, self.cfg.crop_padding,
-            self.cfg.seed * 1_000_003 + epoch)
         for b, ((x, s, idx), lay, meta) in enumerate(zip(inputs, layouts, metas)):
             if deadline is not None and time.monotonic() > deadline:
                 progress.close()
-                raise _OutOfTime
+                raise OutOfTime
             with self.device_data.autocast():
                 if self.ddp is not None:
                     logits = [self.ddp.forward(k, x).float() for k in range(len(self.students))]
@@ -228,37 +215,41 @@ class Trainer:
         """
         if deadline is not None and self.ddp is not None:
             raise ValueError("fit(deadline=...) is not supported with distributed training")
-        self._maybe_resume()  # first: a refused resume must not rewrite the run's files
+        return run_epochs([self], lambda epoch, limit: [self.train_epoch(epoch, limit)],
+                          deadline, finish_first_epoch)[0]
+
+    def begin_fit(self) -> None:
+        """Resume from the run folder's checkpoint, tell the recorders, wrap for DDP."""
+        checkpoint.resume(self)  # first: a refused resume must not rewrite the run's files
         for recorder in self.recorders:
             recorder.fit_start(self)
         if self.ddp is not None:
             self.ddp.wrap([st.model for st in self.students], self.device)
-        first = self.start_epoch
-        complete, paused = True, False
-        for epoch in range(self.start_epoch, self.cfg.epochs):
-            exempt = finish_first_epoch and epoch == first
-            if deadline is not None and not exempt and not self._fits(epoch, deadline):
-                complete, paused = False, True
-                break
-            t0 = time.perf_counter()
-            row: dict[str, Any] = {"epoch": epoch, "phase": self.strategy.phase(epoch),
-                                   "lr": self.students[0].optimizer.param_groups[0]["lr"]}
-            self.strategy.before_epoch(epoch, row)
-            t_select = time.perf_counter() - t0
-            try:
-                stats = self.train_epoch(epoch, None if exempt else deadline)
-            except _OutOfTime:
-                complete = False
-                break
-            self.strategy.after_epoch()
-            t_train = time.perf_counter() - t0
-            row.update({f"train/{k}": v for k, v in stats.items()})
-            row.update(selection.evaluate_epoch(self, epoch))
-            row.update({"time/select_seconds": t_select, "time/train_seconds": t_train,
-                        "time/epoch_seconds": time.perf_counter() - t0})
-            self.history.append(row)
-            for recorder in self.recorders:
-                recorder.epoch_end(self, row)
+
+    def open_epoch(self, epoch: int) -> dict[str, Any]:
+        """The epoch's row, after the strategy's work before training (Self-PU selects)."""
+        row: dict[str, Any] = {"epoch": epoch, "phase": self.strategy.phase(epoch),
+                               "lr": self.students[0].optimizer.param_groups[0]["lr"]}
+        self.strategy.before_epoch(epoch, row)
+        return row
+
+    def close_epoch(self, row: dict[str, Any], stats: dict[str, Any], t0: float,
+                    t_select: float) -> None:
+        """After an epoch's training: the strategy's epoch end, evaluation and selection,
+        then the row goes to the history and the recorders."""
+        self.strategy.after_epoch()
+        t_train = time.perf_counter() - t0
+        row.update({f"train/{k}": v for k, v in stats.items()})
+        row.update(selection.evaluate_epoch(self, row["epoch"]))
+        row.update({"time/select_seconds": t_select, "time/train_seconds": t_train,
+                    "time/epoch_seconds": time.perf_counter() - t0})
+        self.history.append(row)
+        for recorder in self.recorders:
+            recorder.epoch_end(self, row)
+
+    def end_fit(self, complete: bool, paused: bool) -> FitResult:
+        """Tell the recorders how the fit ended (``paused``: at the deadline, between
+        epochs) and return its result."""
         if complete:
             for recorder in self.recorders:
                 recorder.fit_end(self)
@@ -270,7 +261,7 @@ class Trainer:
         return FitResult(self.best["epoch"], self.best["candidate"], self.best["score"] or
                          float("nan"), self.history, self.run_dir, complete)
 
-    def _fits(self, epoch: int, deadline: float) -> bool:
+    def fits_before(self, epoch: int, deadline: float) -> bool:
         """Whether the next epoch is expected to end before ``deadline``: the longest epoch
         of the same phase so far (with selection and evaluation) must fit."""
         phase = self.strategy.phase(epoch)
@@ -280,20 +271,5 @@ class Trainer:
         return time.monotonic() + max(seen) < deadline
 
     def check_resume(self) -> dict[str, Any] | None:
-        """The run folder's checkpoint (None when there is none).
-
-        Raises :class:`ResumeError` when it was made with other settings. Callers that
-        write into the run folder before :meth:`fit` call this first, so a refused rerun
-        leaves the folder as it was.
-        """
-        if self.run_dir is None:
-            return None
-        return checkpoint.read_last(self.run_dir / checkpoint.LAST, self.cfg, self.device,
-                                    self.run_dir / "config.toml")
-
-    def _maybe_resume(self) -> None:
-        state = self.check_resume()
-        if state is None:
-            return
-        checkpoint.restore(self, state)
-        self.log(f"resumed from {self.run_dir / checkpoint.LAST} after epoch {state['epoch'] + 1}")
+        """The run folder's checkpoint, or None (:func:`checkpoint.check_resume`)."""
+        return checkpoint.check_resume(self)

@@ -52,6 +52,8 @@ class BenchmarkSpec:
     test_limit: int | None = None
     time_limit: float | None = None
     """Minutes this command may train before it checkpoints and stops (None: no limit)."""
+    population: int = 1
+    """Seeds trained at once as one stack (:mod:`adni_pu.pu.population`); 1: one by one."""
 
     @property
     def label(self) -> str:
@@ -106,30 +108,66 @@ def run_seed(spec: BenchmarkSpec, seed: int, cache_dir: Path | None = None,
     before the last epoch; the seed's run folder then holds the checkpoint to resume from.
     ``finish_first_epoch`` lets the first epoch run past the deadline (progress per piece).
     """
+    saved = saved_result(spec, seed)
+    if saved is not None:
+        return saved
+    trainer = seed_trainer(spec, seed, cache_dir)
+    fit = trainer.fit(deadline, finish_first_epoch)
+    return seed_result(spec, seed, trainer, fit) if fit.complete else None
+
+
+def run_population(spec: BenchmarkSpec, seeds: list[int], cache_dir: Path | None = None,
+                   deadline: float | None = None, finish_first_epoch: bool = True
+                   ) -> list[dict[str, Any]] | None:
+    """Train ``seeds`` at once (:func:`adni_pu.pu.population.fit_population`) and evaluate
+    each as :func:`run_seed` does; None when the deadline stopped them (all at one epoch)."""
+    from adni_pu.pu.population import fit_population
+
+    saved = {seed: saved_result(spec, seed) for seed in seeds}
+    todo = [seed for seed in seeds if saved[seed] is None]
+    trainers = [seed_trainer(spec, seed, cache_dir) for seed in todo]
+    fits = fit_population(trainers, deadline, finish_first_epoch) if trainers else []
+    if not all(fit.complete for fit in fits):
+        return None
+    for seed, trainer, fit in zip(todo, trainers, fits):
+        saved[seed] = seed_result(spec, seed, trainer, fit, len(trainers))
+    return [saved[seed] for seed in seeds]  # type: ignore[misc]
+
+
+def saved_result(spec: BenchmarkSpec, seed: int) -> dict[str, Any] | None:
+    """The seed's result file when it was made with this seed's settings, else None."""
+    result_path = spec.out / f"seed{seed}" / "result.json"
+    if result_path.is_file():
+        saved = json.loads(result_path.read_text())
+        if saved.get("config") == cfgmod.to_dict(resolve_config(spec, seed)):
+            print(f"seed {seed}: already done ({result_path})", file=sys.stderr)
+            return saved  # type: ignore[no-any-return]
+    return None
+
+
+def seed_trainer(spec: BenchmarkSpec, seed: int, cache_dir: Path | None = None) -> Any:
+    """The seed's :class:`~adni_pu.pu.trainer.Trainer` on its PU split, in its run folder."""
     from adni_pu.data.benchmarks import load_benchmark
     from adni_pu.pu.trainer import Trainer
 
-    run_dir = spec.out / f"seed{seed}"
-    result_path = run_dir / "result.json"
     cfg = resolve_config(spec, seed)
-    if result_path.is_file():
-        saved = json.loads(result_path.read_text())
-        if saved.get("config") == cfgmod.to_dict(cfg):
-            print(f"seed {seed}: already done ({result_path})", file=sys.stderr)
-            return saved
     data = load_benchmark(spec.dataset, spec.data_dir, spec.n_labelled, data_prior(spec, cfg),
                           spec.scheme, spec.val_fraction, seed=seed, cache_dir=cache_dir,
                           train_limit=spec.train_limit, test_limit=spec.test_limit)
-    trainer = Trainer(cfg, data, run_dir)
-    fit = trainer.fit(deadline, finish_first_epoch)
-    if not fit.complete:
-        return None
-    metrics, logits = trainer.evaluate_split(data.test)
+    return Trainer(cfg, data, spec.out / f"seed{seed}")
+
+
+def seed_result(spec: BenchmarkSpec, seed: int, trainer: Any, fit: Any, population: int = 1
+                ) -> dict[str, Any]:
+    """Evaluate a finished seed on its test split and write its ``result.json``
+    (``population``: the seeds it trained with at once, whose time its epochs record)."""
+    cfg, test = trainer.cfg, trainer.data.test
+    metrics, logits = trainer.evaluate_split(test)
     diag = [v for row in fit.history for k, v in row.items() if k.startswith("test_diagnostic/")]
     result = {
         "seed": seed,
         "config": cfgmod.to_dict(cfg),
-        "data": data.info,
+        "data": trainer.data.info,
         "selection": cfg.selection,
         "selected_epoch": fit.best_epoch,
         "selected_model": fit.best_candidate,
@@ -137,12 +175,14 @@ def run_seed(spec: BenchmarkSpec, seed: int, cache_dir: Path | None = None,
         "val_score": fit.best_score,
         "test": metrics,
         "test_accuracy_test_selected": max(diag) if diag else None,
-        **_finalist_diagnostics(trainer, data.test),
+        **_finalist_diagnostics(trainer, test),
         "seconds_per_epoch": _phase_seconds(fit.history),
+        "population": population,
         "nn_correction_share": _nn_share(fit.history),
-        "test_examples": test_examples(logits, data.test.truth),
+        "test_examples": test_examples(logits, test.truth),
     }
-    fileio.atomic_write_text(result_path, json.dumps(result, indent=2) + "\n")
+    fileio.atomic_write_text(spec.out / f"seed{seed}" / "result.json",
+                             json.dumps(result, indent=2) + "\n")
     return result
 
 
@@ -258,7 +298,7 @@ def aggregate(spec: BenchmarkSpec, results: list[dict[str, Any]], command: str) 
                                    "finalist_choice_diagnostic", "finalists_val_score_diagnostic",
                                    "test_accuracy_finalists_diagnostic",
                                    "test_accuracy_final_rule_diagnostic", "seconds_per_epoch",
-                                   "nn_correction_share", "test_examples")}
+                                   "population", "nn_correction_share", "test_examples")}
             for r in results
         ],
     }
@@ -299,19 +339,28 @@ def run_benchmark(spec: BenchmarkSpec, results_json: Path | None = None,
     spec.out.mkdir(parents=True, exist_ok=True)
     cache = spec.out / ".cache"
     command = command or " ".join(["adni-pu", *sys.argv[1:]])
-    results = []
-    trained = False  # only the first seed this command trains may overrun by one epoch
-    for seed in spec.seeds:
-        done = (spec.out / f"seed{seed}" / "result.json").is_file()
-        result = run_seed(spec, seed, cache, deadline, finish_first_epoch=not trained)
+    if spec.population < 1:
+        raise ConfigError(f"--population {spec.population}: expected at least 1")
+    results: list[dict[str, Any]] = []
+    trained = False  # only the first group this command trains may overrun by one epoch
+    size = spec.population
+    for group in [spec.seeds[i:i + size] for i in range(0, len(spec.seeds), size)]:
+        done = all((spec.out / f"seed{seed}" / "result.json").is_file() for seed in group)
+        if size == 1:
+            one = run_seed(spec, group[0], cache, deadline, finish_first_epoch=not trained)
+            found = None if one is None else [one]
+        else:
+            found = run_population(spec, group, cache, deadline, finish_first_epoch=not trained)
         trained = trained or not done
-        if result is None:
-            progress = _progress(spec, seed, [r["seed"] for r in results], command,
+        if found is None:
+            current = next(seed for seed in group
+                           if not (spec.out / f"seed{seed}" / "result.json").is_file())
+            progress = _progress(spec, current, [r["seed"] for r in results], command,
                                  time.monotonic() - start)
             fileio.atomic_write_text(spec.out / "progress.json",
                                      json.dumps(progress, indent=2) + "\n")
             return progress
-        results.append(result)
+        results.extend(found)
     summary = aggregate(spec, results, command)
     text = json.dumps(summary, indent=2) + "\n"
     fileio.atomic_write_text(spec.out / "results.json", text)

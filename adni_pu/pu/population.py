@@ -1,0 +1,467 @@
+"""A population per step: several runs (seeds) trained at once, every network in one stack.
+
+:func:`fit_population` trains K :class:`~adni_pu.pu.trainer.Trainer` runs of one method, one
+seed each, in lockstep. Everything that happens once per epoch stays each run's own (the
+Self-PU selection, evaluation and model selection, checkpoints, the run folder), so each
+run's folder looks as if it had trained alone. The batches are the exception: the K runs'
+M = K x S networks (S students per run: one for a baseline, Self-PU's two) are one
+:class:`~adni_pu.pu.stack.Stack`, stepped by one Adam, their teachers another stack; each
+run's batch plan, validation batches and trusted sets become 0/1 masks (M x B), and the
+losses of every phase are computed for all M networks at once (:func:`step_loss`). A run
+then costs about what one network costs in launches, which is what bounds a small model
+on a GPU.
+
+The numbers equal separate runs up to rounding (tests/test_population.py): one Adam over
+stacked weights is M Adams, a masked mean is the mean over the rows, and every network's
+loss touches only its own weights. Not supported here (refused with the setting named):
+distributed training, ``compile``, models with dropout, ``rest_risk = "band"``, inputs
+other than tensors, and runs whose settings differ in anything but the seed.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Sequence
+from functools import partial
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from adni_pu import config as cfgmod
+from adni_pu.errors import ConfigError
+from adni_pu.pu import calibration, losses
+from adni_pu.pu.batching import EpochPlan
+from adni_pu.pu.config import SelfPUConfig
+from adni_pu.pu.loop import FitResult, OutOfTime, run_epochs
+from adni_pu.pu.selfpu_loss import teacher_term
+from adni_pu.pu.stack import Stack
+from adni_pu.pu.strategies import SelfPU
+from adni_pu.pu.teacher import MeanTeacher
+from adni_pu.pu.trainer import Trainer
+
+Stats = dict[str, Any]
+
+
+def check_population(trainers: Sequence[Trainer]) -> None:
+    """Refuse what the stacked step does not do (module docstring), naming the setting."""
+    if not trainers:
+        raise ConfigError("a population needs at least one run")
+    first = cfgmod.to_dict(trainers[0].cfg)
+    first.pop("seed")
+    for t in trainers[1:]:
+        other = cfgmod.to_dict(t.cfg)
+        other.pop("seed")
+        if other != first:
+            diff = sorted(k for k in set(first) | set(other) if first.get(k) != other.get(k))
+            raise ConfigError(f"population runs differ in {diff}: expected the same settings "
+                              "apart from the seed")
+    cfg = trainers[0].cfg
+    if cfg.compile:
+        raise ConfigError("compile = true in a population: expected false (the stacked step "
+                          "is not compiled)")
+    if cfg.method == "selfpu" and cfg.selfpu.rest_risk == "band":
+        raise ConfigError("selfpu.rest_risk = 'band' in a population: expected 'prior'")
+    for t in trainers:
+        if t.ddp is not None:
+            raise ConfigError("a population with distributed training: expected one process")
+        if not isinstance(t.data.train.x, torch.Tensor):
+            raise ConfigError("a population over a map-style data set: expected tensor data "
+                              "(MNIST, CIFAR-10)")
+        model = t.students[0].model
+        if any(isinstance(m, nn.Dropout) and m.p > 0 for m in model.modules()):
+            raise ConfigError(f"model {cfg.model!r} has dropout: a population needs a model "
+                              "without dropout")
+
+
+def fit_population(trainers: Sequence[Trainer], deadline: float | None = None,
+                   finish_first_epoch: bool = True) -> list[FitResult]:
+    """Fit every run of ``trainers`` (each resumes from its own folder) together.
+
+    ``deadline`` and ``finish_first_epoch`` as in :meth:`Trainer.fit`; a run's epoch time in
+    its metrics is the population's.
+    """
+    check_population(trainers)
+    return run_epochs(list(trainers), partial(train_epoch, trainers), deadline,
+                      finish_first_epoch)
+
+
+# ---------------------------------------------------------------------- one epoch
+
+
+def _stacked_optimizer(stack: Stack, members: list[torch.optim.Optimizer]
+                       ) -> torch.optim.Adam:
+    """One Adam over the stack with the members' settings and (stacked) moments; on a GPU
+    the fused kernel (one launch per step; elementwise like the members' own)."""
+    params = stack.stacked_parameters()
+    fused = params[0].device.type == "cuda"
+    opt = torch.optim.Adam(params, fused=fused)
+    group = members[0].param_groups[0]
+    opt.param_groups[0].update({k: v for k, v in group.items()
+                                if k not in ("params", "fused", "foreach")})
+    if not members[0].state:
+        return opt
+    for j, p in enumerate(stack.stacked_parameters()):
+        states = [o.state[o.param_groups[0]["params"][j]] for o in members]
+        steps = {float(s["step"]) for s in states}
+        if len(steps) > 1:
+            raise ConfigError(f"population networks have taken different numbers of Adam steps "
+                              f"{sorted(steps)}: expected runs at the same epoch")
+        step = states[0]["step"].clone()
+        opt.state[p] = {"step": step.to(p.device) if fused else step,
+                        **{name: torch.stack([s[name] for s in states])
+                           for name in ("exp_avg", "exp_avg_sq")}}
+    return opt
+
+
+def _unstack_optimizer(opt: torch.optim.Adam, stack: Stack,
+                       members: list[torch.optim.Optimizer]) -> None:
+    """Write the stacked Adam's moments back into each member's optimiser."""
+    for j, p in enumerate(stack.stacked_parameters()):
+        state = opt.state[p]
+        for m, o in enumerate(members):
+            o.state[o.param_groups[0]["params"][j]] = {
+                "step": state["step"].detach().to("cpu", copy=True),  # members: not fused
+                **{name: state[name][m].clone() for name in ("exp_avg", "exp_avg_sq")}}
+
+
+class _Masks:
+    """The epoch's row sets of every network as 0/1 device masks, M x batches x B, each
+    run's batch padded to the longest of the runs' (B rows): "valid" (the run's own rows),
+    "pos" (s = 1), "unl" (s = 0), and Self-PU's "trusted", "rest" and "outside" from
+    phase 2 on."""
+
+    def __init__(self, trainers: Sequence[Trainer], plans: list[EpochPlan], phase: int,
+                 device: torch.device) -> None:
+        self.width = max(max(p.sizes) for p in plans)
+        masks: dict[str, list[np.ndarray]] = {}
+        for t, plan in zip(trainers, plans):
+            s = t.entries.s[plan.order]
+            for k in range(len(t.students)):
+                sets = [("valid", np.ones(len(s), bool)), ("pos", s == 1), ("unl", s == 0)]
+                if isinstance(t.strategy, SelfPU) and phase >= 2:
+                    sets += t.strategy.row_masks(plan, k)
+                for name, mask in sets:
+                    masks.setdefault(name, []).append(self.padded(plan, mask))
+        self.masks = {name: torch.from_numpy(np.stack(rows)).to(device)
+                      for name, rows in masks.items()}
+
+    def padded(self, plan: EpochPlan, values: np.ndarray) -> np.ndarray:
+        """An epoch-long array (rows end to end) as batches x B, zero where padded."""
+        out = np.zeros((len(plan.sizes), self.width), dtype=np.float32)
+        batch = np.repeat(np.arange(len(plan.sizes)), plan.sizes)
+        out[batch, np.arange(len(batch)) - plan.starts[batch]] = values
+        return out
+
+    def batch(self, b: int) -> dict[str, torch.Tensor]:
+        return {name: mask[:, b] for name, mask in self.masks.items()}
+
+
+def _check_plans(plans: list[EpochPlan]) -> None:
+    counts = sorted({len(p.sizes) for p in plans})
+    if len(counts) > 1:
+        raise ConfigError(f"population runs have {counts} batches this epoch: expected one "
+                          "number (training splits of about one size)")
+
+
+def pad_rows(x: torch.Tensor, rows: int) -> torch.Tensor:
+    """``x`` with zero rows appended up to ``rows`` rows."""
+    if len(x) == rows:
+        return x
+    return torch.cat([x, x.new_zeros((rows - len(x), *x.shape[1:]))])
+
+
+def train_epoch(trainers: Sequence[Trainer], epoch: int, deadline: float | None = None
+                ) -> list[dict[str, float]]:
+    """One epoch of every run at once; returns each run's mean statistics (as
+    :meth:`Trainer.train_epoch` does for one)."""
+    lead, cfg = trainers[0], trainers[0].cfg
+    phase = lead.strategy.phase(epoch)
+    n_students = len(lead.students)
+    device = lead.device
+    torch.manual_seed(cfg.seed * 100_003 + epoch)
+    plans, metas, inputs = [], [], []
+    for t in trainers:
+        plan, meta, batches = t.plan_epoch(epoch, phase)
+        plans.append(plan)
+        metas.append(meta)
+        inputs.append(batches)
+    _check_plans(plans)
+    masks = _Masks(trainers, plans, phase, device)
+    width = masks.width
+    students = [st for t in trainers for st in t.students]
+    stack = Stack([st.model for st in students]).train()
+    members = [st.optimizer for st in students]
+    opt = _stacked_optimizer(stack, members)
+    teachers = None
+    if students[0].teacher is not None:
+        first = students[0].teacher
+        teachers = MeanTeacher(Stack([st.teacher.model for st in students]), first.mode,
+                               first.decay, first.bn, copy=False)
+        teachers.steps = first.steps
+    step = StepContext(trainers, phase, n_students, device,
+                       [st.prior_rest for st in students])
+    values: dict[str, list[Any]] = {}
+    n_batches = len(plans[0].sizes)
+    for b in range(n_batches):
+        if deadline is not None and time.monotonic() > deadline:
+            raise OutOfTime
+        xs, ss, idxs = zip(*(next(it) for it in inputs))
+        x = torch.stack([pad_rows(v, width) for v in xs]).repeat_interleave(n_students, 0)
+        s = torch.stack([pad_rows(v, width) for v in ss]).float()
+        idx = torch.stack([pad_rows(v, width) for v in idxs])
+        meta = step.meta_batch([next(m) for m in metas])
+        rows = masks.batch(b)
+        with lead.device_data.autocast():
+            logits = stack(x, rows["valid"]).float()
+            loss, stats = step_loss(step, stack, logits, x,
+                                    s.repeat_interleave(n_students, 0),
+                                    idx.repeat_interleave(n_students, 0), rows,
+                                    epoch + b / n_batches, meta,
+                                    None if teachers is None else teachers.model)
+        opt.zero_grad(set_to_none=True)
+        loss.sum().backward()
+        opt.step()
+        if teachers is not None:
+            teachers.update(stack)
+        for key, value in stats.items():
+            values.setdefault(key, []).append(value)
+    stack.unstack_into([st.model for st in students])
+    _unstack_optimizer(opt, stack, members)
+    if teachers is not None:
+        teachers.model.unstack_into([st.teacher.model for st in students])
+        for st in students:
+            st.teacher.steps = teachers.steps
+    with warnings.catch_warnings():  # the members' own optimisers did not step: the stack's did
+        warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step")
+        for st in students:
+            st.scheduler.step()
+    return _epoch_means(values, trainers)
+
+
+def _epoch_means(values: dict[str, list[Any]], trainers: Sequence[Trainer]
+                 ) -> list[dict[str, float]]:
+    """Each run's statistics (``student/key``) as means over the epoch's batches, read from
+    the device in one go and summed in batch order in float64 on the host (as
+    :func:`device_data.epoch_means` does for one run)."""
+    names = [(i, st.name) for i, t in enumerate(trainers) for st in t.students]
+    tensors = [torch.stack(vals) for vals in values.values()
+               if isinstance(vals[0], torch.Tensor)]
+    read = iter(torch.stack(tensors).cpu().tolist()) if tensors else iter(())
+    out: list[dict[str, float]] = [{} for _ in trainers]
+    for key, vals in values.items():
+        rows = next(read) if isinstance(vals[0], torch.Tensor) else [[v] * len(names)
+                                                                     for v in vals]
+        for m, (i, name) in enumerate(names):
+            total = 0.0
+            for row in rows:
+                total += row[m]
+            out[i][f"{name}/{key}"] = total / len(rows)
+    return out
+
+
+# ---------------------------------------------------------------------- the losses
+
+
+class StepContext:
+    """What the stacked losses need besides the batch: per network (M), the data priors,
+    the rest priors, the trusted targets; the settings; the validation batches."""
+
+    def __init__(self, trainers: Sequence[Trainer], phase: int, n_students: int,
+                 device: torch.device, prior_rest: list[float]) -> None:
+        cfg = trainers[0].cfg
+        self.cfg, self.sp, self.phase = cfg, cfg.selfpu, phase
+        self.method = cfg.method
+        self.n_students = n_students
+
+        def per_network(values: list[float]) -> torch.Tensor:
+            return torch.tensor(values, dtype=torch.float32, device=device)
+
+        self.prior = per_network([t.prior for t in trainers for _ in t.students])
+        self.prior_u = per_network([t.prior_u for t in trainers for _ in t.students])
+        self.prior_rest = per_network(prior_rest)
+        strategies = [t.strategy for t in trainers]
+        self.selfpu = isinstance(strategies[0], SelfPU)
+        self.reweights = self.selfpu and strategies[0].reweights(phase)
+        self.targets = (torch.stack([tg for s in strategies for tg in s.trusted_targets])
+                        if self.selfpu and phase >= 2 else None)
+
+    def meta_batch(self, batches: list[Any]) -> tuple[torch.Tensor, ...] | None:
+        """The runs' validation batches of this step as one batch of M x Bv rows, padded to
+        the longest: inputs, true labels, and the labelled-positive and unlabelled rows as
+        masks (None: no meta step)."""
+        if batches[0] is None:
+            return None
+        width = max(len(b[1]) for b in batches)
+        rep = self.n_students
+        pos, unl = [], []
+        for _, s_val, _, n_pos in batches:
+            rows = torch.zeros(2, width, device=s_val.device)
+            rows[0, :n_pos] = 1.0
+            rows[1, n_pos:len(s_val)] = 1.0
+            pos.append(rows[0])
+            unl.append(rows[1])
+
+        def stacked(parts: list[torch.Tensor]) -> torch.Tensor:
+            return torch.stack([pad_rows(v, width) for v in parts]).repeat_interleave(rep, 0)
+
+        return (stacked([b[0] for b in batches]), stacked([b[2] for b in batches]),
+                stacked(pos), stacked(unl))
+
+
+def step_loss(ctx: StepContext, stack: Stack, logits: torch.Tensor, x: torch.Tensor,
+              s: torch.Tensor, idx: torch.Tensor, masks: dict[str, torch.Tensor],
+              epoch: float, meta: tuple[torch.Tensor, ...] | None, teachers: Stack | None
+              ) -> tuple[torch.Tensor, Stats]:
+    """Every network's loss on this batch (M) and its statistics (M-vectors): the
+    method's baseline loss, or Self-PU's phase 1 (warm-up), 2 (self-paced with
+    calibration) or 3 (plus distillation), as :mod:`adni_pu.pu.selfpu_loss` for one."""
+    cfg = ctx.cfg
+    if not ctx.selfpu or ctx.phase == 1:
+        return baseline_loss(ctx.method, logits, s, masks, ctx.prior, ctx.prior_u, cfg.beta,
+                             cfg.gamma)
+    calibrate = None
+    if ctx.reweights and meta is not None:
+        calibrate = _calibrator(ctx, stack, x, meta, masks)
+    target = None if ctx.sp.labels == "entropy" else torch.gather(ctx.targets, 1, idx)
+    loss, pu_obj, stats = student_loss(logits, masks, ctx.sp, ctx.prior_rest, cfg.beta,
+                                       cfg.gamma, target, calibrate)
+    if ctx.phase == 3:
+        loss = loss + distillation(logits, s, masks, pu_obj, ctx.sp, epoch, ctx.n_students,
+                                   x, teachers, stats)
+    stats["loss"] = loss.detach().double()
+    return loss, stats
+
+
+def baseline_loss(method: str, logits: torch.Tensor, s: torch.Tensor,
+                  masks: dict[str, torch.Tensor], prior: torch.Tensor, prior_u: torch.Tensor,
+                  beta: float, gamma: float) -> tuple[torch.Tensor, Stats]:
+    """naive PN, uPU or nnPU (Self-PU's warm-up) for every network."""
+    if method == "naive":
+        each = nn.functional.binary_cross_entropy_with_logits(logits, s, reduction="none")
+        loss = losses.masked_mean(each, masks["valid"])
+        return loss, {"loss": loss.detach().double()}
+    risk = losses.masked_pu_risk(logits, masks["pos"], masks["unl"], prior, prior_u)
+    if method == "upu":
+        return risk.unbiased, {"loss": risk.unbiased.detach().double()}
+    objective, fired = losses.nnpu_step_objective(risk, beta, gamma)
+    return objective, {"loss": risk.non_negative.detach().double(),
+                       "nn_correction": fired.double()}
+
+
+def _calibrator(ctx: StepContext, stack: Stack, x: torch.Tensor,
+                meta: tuple[torch.Tensor, ...], masks: dict[str, torch.Tensor]) -> Any:
+    """The self-calibration step for every network: (entropy, negative loss) -> weights."""
+    sp, prior = ctx.sp, ctx.prior
+    x_val, truth_val, pos_val, unl_val = meta
+    valid_val = pos_val + unl_val
+    rest, valid = masks["rest"], masks["valid"]
+
+    def objective(params: dict[str, torch.Tensor]) -> torch.Tensor:
+        out = calibration.functional_forward(stack, params, x_val, sp.meta_bn, valid_val)
+        if sp.meta_objective == "pn_ce":
+            each = nn.functional.binary_cross_entropy_with_logits(out, truth_val,
+                                                                  reduction="none")
+            return losses.masked_mean(each, valid_val).sum()
+        return losses.masked_pu_risk(out, pos_val, unl_val, prior, prior).unbiased.sum()
+
+    counts = rest.sum(-1, keepdim=True)
+
+    def terms_at(params: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        out = calibration.functional_forward(stack, params, x, valid=valid).float()
+        return losses.entropy(out), losses.sigmoid_loss(out, -1.0)
+
+    def calibrate(h: torch.Tensor, l_neg: torch.Tensor) -> calibration.CalibrationWeights:
+        if sp.hypergradient == "jvp":
+            raw = calibration.hypergradient_jvp(stack, terms_at, objective,
+                                                sp.meta_step_size, sp.meta_sign_flip, counts)
+        else:
+            raw = calibration.hypergradient(stack, h, l_neg, objective, sp.meta_step_size,
+                                            sp.meta_sign_flip, counts)
+        return calibration.normalise_weights(raw, valid.sum(-1, keepdim=True),
+                                             sp.meta_ce_cap, sp.reweight_risk, rest)
+
+    return calibrate
+
+
+def student_loss(logits: torch.Tensor, masks: dict[str, torch.Tensor], sp: SelfPUConfig,
+                 prior_rest: torch.Tensor, beta: float, gamma: float,
+                 target: torch.Tensor | None, calibrate: Any
+                 ) -> tuple[torch.Tensor, torch.Tensor, Stats]:
+    """Phases 2-3 without distillation, every network (:func:`selfpu_loss.student_loss`)."""
+    pos, trusted, rest = masks["pos"], masks["trusted"], masks["rest"]
+    if sp.labels == "entropy":
+        ce = losses.masked_mean(losses.entropy(logits), trusted)
+    else:
+        ce = losses.masked_mean(losses.soft_cross_entropy(logits, target), trusted)
+    stats: Stats = {}
+    weights_u = None
+    entropy_term = torch.zeros_like(ce)
+    if calibrate is not None:
+        h = losses.entropy(logits)
+        w = calibrate(h, losses.sigmoid_loss(logits, -1.0))
+        weights_u = w.pu
+        n_rest = rest.sum(-1)
+        entropy_term = (w.ce * h * rest).sum(-1) / n_rest.clamp(min=1)
+        stats.update(_weight_stats(w, rest, n_rest))
+    risk = losses.masked_pu_risk(logits, pos, rest, prior_rest, prior_rest, weights_u)
+    decide_on = None
+    if weights_u is not None and sp.reweight_risk == "mean-one":
+        decide_on = losses.masked_pu_risk(logits, pos, rest, prior_rest, prior_rest).negative
+    pu_obj, fired = losses.nnpu_step_objective(risk, beta, gamma, decide_on)
+    frac = trusted.sum(-1) / masks["valid"].sum(-1)
+    loss = frac * ce + (1.0 - frac) * (pu_obj + entropy_term)
+    stats.update({"trusted_ce": ce.detach().double(),
+                  "nnpu": risk.non_negative.detach().double(),
+                  "nn_correction": fired.double(), "trusted_in_batch": frac.double()})
+    return loss, pu_obj, stats
+
+
+def _weight_stats(w: calibration.CalibrationWeights, rest: torch.Tensor,
+                  n_rest: torch.Tensor) -> Stats:
+    """:meth:`CalibrationWeights.stats` per network, over its rest rows."""
+    n = n_rest.clamp(min=1).double()
+    return {
+        "ce_weight_mean": (w.ce * rest).sum(-1).double() / n,
+        "ce_weight_nonzero": ((w.ce > 0) * rest).sum(-1).double() / n,
+        "pu_weight_mean": (w.pu * rest).sum(-1).double() / n,
+        "raw_positive_fraction": ((w.raw > 0) * rest).sum((0, -1)).double() / (2 * n),
+        "capped_fraction": w.capped.double() / n,
+    }
+
+
+def distillation(logits: torch.Tensor, s: torch.Tensor, masks: dict[str, torch.Tensor],
+                 pu_obj: torch.Tensor, sp: SelfPUConfig, epoch: float, n_students: int,
+                 x: torch.Tensor, teachers: Stack | None, stats: Stats) -> torch.Tensor:
+    """Phase 3 for every network (:func:`selfpu_loss.distillation`): consistency with the
+    run's other student on hard examples outside the trusted set, and with the teacher."""
+    extra = torch.zeros_like(pu_obj)
+    prob = torch.sigmoid(logits)
+    outside, valid = masks["outside"] * masks["valid"], masks["valid"]
+    n_out = outside.sum(-1)
+    if n_students == 2 and sp.student_consistency != "none":
+        other = logits.detach().view(-1, 2, logits.shape[-1]).flip(1).reshape(logits.shape)
+        mse = (prob - torch.sigmoid(other)) ** 2
+        if sp.student_consistency == "per_example":
+            sign = torch.where(s == 1, 1.0, -1.0)
+            pu_each = losses.sigmoid_loss(logits, sign).detach()
+            hard = (pu_each > sp.alpha * mse.detach()) * outside
+            l_st = (mse * hard).sum(-1) / n_out.clamp(min=1)
+            stats["hard_fraction"] = hard.sum(-1).double() / n_out.clamp(min=1).double()
+        else:
+            batch_mse = losses.masked_mean(mse, outside)
+            gate = batch_mse.detach().double() < sp.batch_gate * pu_obj.detach().double().abs()
+            l_st = torch.where(gate, batch_mse, torch.zeros_like(batch_mse))
+            stats["hard_fraction"] = gate.double()
+        stats["student_consistency"] = l_st.detach().double()
+        extra = extra + sp.student_weight * l_st
+    if teachers is not None:
+        teachers.eval()
+        with torch.no_grad():
+            target = torch.sigmoid(teachers(x).float())
+        extra = extra + teacher_term(losses.masked_mean((prob - target) ** 2, valid), sp,
+                                     epoch, stats)
+    return extra
+
