@@ -291,3 +291,41 @@ def test_a_deadline_is_refused_with_distributed_training(tiny_pu):
                       distributed=DistributedRun(rank=0, world_size=2))  # as under torchrun
     with pytest.raises(ValueError, match="not supported with distributed training"):
         trainer.fit(deadline=time.monotonic() + 60)
+
+
+@pytest.mark.filterwarnings("ignore:Seems like:UserWarning")
+@pytest.mark.parametrize("settings", [{"method": "nnpu"}, {"method": "selfpu", "selfpu": SP}])
+def test_population_step_never_waits_for_the_device(tiny_pu, monkeypatch, settings):
+    """The stacked step of a population holds no host sync at all (a step a GPU can replay
+    needs none); Adam's CPU step counters are muted as above (the stack's Adam is fused,
+    its counter on the device, on a GPU), and the teacher ramp is a host scalar."""
+    from adni_pu.pu import population
+
+    monkeypatch.setattr(selfpu_loss, "sigmoid_rampup", lambda epoch, length: 0.5)
+    step = torch.optim.Adam.step
+
+    def quiet_step(self, *a, **k):
+        with _disable_current_modes():
+            return step(self, *a, **k)
+
+    monkeypatch.setattr(torch.optim.Adam, "step", quiet_step)
+    stacked = population._stacked_optimizer
+
+    def quiet_stacked(*a, **k):  # reads the members' CPU step counters, once per epoch
+        with _disable_current_modes():
+            return stacked(*a, **k)
+
+    monkeypatch.setattr(population, "_stacked_optimizer", quiet_stacked)
+    counts = []
+    for batch_size in (256, 32):
+        trainers = [Trainer(tiny_config(batch_size=batch_size, epochs=3, seed=s, **settings),
+                            tiny_pu) for s in (0, 1)]
+        calls = []
+        for epoch in range(3):
+            for t in trainers:
+                t.strategy.before_epoch(epoch, {})
+            with SyncSpy() as spy:
+                population.train_epoch(trainers, epoch)
+            calls.append(spy.calls)
+        counts.append(calls)
+    assert counts == [[[], [], []], [[], [], []]], counts
