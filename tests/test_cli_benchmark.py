@@ -162,3 +162,4 @@ def test_benchmark_population_in_pieces_equals_seeds_one_by_one(tmp_path):
         assert abs(both["test"]["accuracy"] - one["test"]["accuracy"]) <= 3 / 200
     bad = runner.invoke(app, [*args, "--out", str(tmp_path / "bad"), "--population", "0"])
     assert bad.exit_code != 0 and "--population 0" in bad.output
+    assert not (tmp_path / "bad").exists()  # refused before anything is written

@@ -177,13 +177,14 @@ def hypergradient_jvp(
     return scale * sign * tangent.detach()
 
 
-def normalise_weights(raw: torch.Tensor, batch_size: int, cap: float,
+def normalise_weights(raw: torch.Tensor, batch_size: int | torch.Tensor, cap: float,
                       mode: WeightMode = "shrink", mask: torch.Tensor | None = None
                       ) -> CalibrationWeights:
     """Clamp, per-example normalisation and the batch cap on the entropy weight (see module).
 
     ``raw`` is 2 x n; or 2 x M x B for a stack of M models, with ``mask`` (M x B, 0/1)
-    marking each model's reweighted rows (the others get ce = 0, pu = 1 and no say)."""
+    marking each model's reweighted rows (the others get ce = 0, pu = 1 and no say) and
+    ``batch_size`` each model's rows (M x 1)."""
     if mask is not None:
         raw = raw * mask
     w = torch.clamp(raw, min=0.0)

@@ -335,12 +335,12 @@ def run_benchmark(spec: BenchmarkSpec, results_json: Path | None = None,
         raise ConfigError(f"benchmark {spec.dataset!r}: expected one of {sorted(DATA_NAMES)}")
     if not spec.seeds:
         raise ConfigError("--seeds: expected at least 1 seed, found 0")
+    if spec.population < 1:
+        raise ConfigError(f"--population {spec.population}: expected at least 1")
     fileio.check_out_dir(spec.out, "the benchmark's run folders")
     spec.out.mkdir(parents=True, exist_ok=True)
     cache = spec.out / ".cache"
     command = command or " ".join(["adni-pu", *sys.argv[1:]])
-    if spec.population < 1:
-        raise ConfigError(f"--population {spec.population}: expected at least 1")
     results: list[dict[str, Any]] = []
     trained = False  # only the first group this command trains may overrun by one epoch
     size = spec.population
