@@ -139,8 +139,9 @@ def test_benchmark_in_timed_pieces_equals_one_run(tmp_path):
 
 
 def test_benchmark_population_in_pieces_equals_seeds_one_by_one(tmp_path):
-    """--population 2 trains both seeds at once; in timed pieces it stops and resumes at
-    epoch boundaries, and every seed's result is close to the seed trained alone. (Exact
+    """--population 2 trains both seeds at once, --population 1 one at a time with its
+    students stacked; in timed pieces a population stops and resumes at epoch boundaries,
+    and every seed's result is close to the seed trained alone. (Exact
     agreement to rounding is tests/test_population.py's; on MNIST, Adam's first steps turn
     rounding in near-zero gradients into differences of about 1e-4 within an epoch.)"""
     args = _selfpu_subset_args(2)
@@ -154,12 +155,16 @@ def test_benchmark_population_in_pieces_equals_seeds_one_by_one(tmp_path):
         if piece.exit_code == 0:
             break
     assert codes == [75, 75, 0]
-    a, b = (json.loads((tmp_path / p / "results.json").read_text())["per_seed"]
-            for p in ("alone", "together"))
-    for one, both in zip(a, b):
-        assert (one["population"], both["population"]) == (1, 2)
-        assert both["val_score"] == pytest.approx(one["val_score"], rel=5e-3)
-        assert abs(both["test"]["accuracy"] - one["test"]["accuracy"]) <= 3 / 200
+    stacked = runner.invoke(app, [*args, "--out", str(tmp_path / "stacked"), "--population",
+                                  "1"])  # one seed at a time, its two students stacked
+    assert stacked.exit_code == 0, stacked.output
+    a, b, c = (json.loads((tmp_path / p / "results.json").read_text())["per_seed"]
+               for p in ("alone", "together", "stacked"))
+    for one, both, each in zip(a, b, c):
+        assert (one["population"], both["population"], each["population"]) == (None, 2, 1)
+        for other in (both, each):
+            assert other["val_score"] == pytest.approx(one["val_score"], rel=5e-3)
+            assert abs(other["test"]["accuracy"] - one["test"]["accuracy"]) <= 3 / 200
     bad = runner.invoke(app, [*args, "--out", str(tmp_path / "bad"), "--population", "0"])
     assert bad.exit_code != 0 and "--population 0" in bad.output
     assert not (tmp_path / "bad").exists()  # refused before anything is written

@@ -26,7 +26,7 @@ def _run(dataset: str, method: str, preset: str | None, seeds: int, seed_offset:
          n_labelled: int, prior: float | None, scheme: str, val_fraction: float,
          results_json: Path | None, threads: int, device: str,
          train_limit: int | None = None, test_limit: int | None = None,
-         time_limit: float | None = None, population: int = 1) -> None:
+         time_limit: float | None = None, population: int | None = None) -> None:
     from adni_pu.workflows.benchmark import BenchmarkSpec, markdown_table, run_benchmark
 
     if method not in ("naive", "upu", "nnpu", "selfpu"):
@@ -90,9 +90,11 @@ def _command(dataset: str):  # noqa: ANN202 - typer reads the signature
             show_default="none",
             help="minutes to train before checkpointing and stopping (exit status 75); "
                  "the same command continues")] = None,
-        population: Annotated[int, typer.Option(
+        population: Annotated[Optional[int], typer.Option(  # noqa: UP045
+            show_default="none: one seed at a time, the ordinary engine",
             help="seeds trained at once, every network in one stack (equal to training them "
-                 "one by one up to rounding; a GPU's launches are shared)")] = 1,
+                 "one by one up to rounding; a GPU's launches are shared); 1 stacks one "
+                 "seed's students")] = None,
     ) -> None:
         _run(dataset, method, preset, seeds, seed_offset, epochs, data_dir, out, config,
              set_ or [], n_labelled, prior, scheme, val_fraction, results_json, threads, device,

@@ -52,8 +52,9 @@ class BenchmarkSpec:
     test_limit: int | None = None
     time_limit: float | None = None
     """Minutes this command may train before it checkpoints and stops (None: no limit)."""
-    population: int = 1
-    """Seeds trained at once as one stack (:mod:`adni_pu.pu.population`); 1: one by one."""
+    population: int | None = None
+    """Seeds trained at once as one stack (:mod:`adni_pu.pu.population`; 1: one seed, its
+    students stacked); None: one seed at a time with the ordinary engine."""
 
     @property
     def label(self) -> str:
@@ -157,10 +158,11 @@ def seed_trainer(spec: BenchmarkSpec, seed: int, cache_dir: Path | None = None) 
     return Trainer(cfg, data, spec.out / f"seed{seed}")
 
 
-def seed_result(spec: BenchmarkSpec, seed: int, trainer: Any, fit: Any, population: int = 1
-                ) -> dict[str, Any]:
+def seed_result(spec: BenchmarkSpec, seed: int, trainer: Any, fit: Any,
+                population: int | None = None) -> dict[str, Any]:
     """Evaluate a finished seed on its test split and write its ``result.json``
-    (``population``: the seeds it trained with at once, whose time its epochs record)."""
+    (``population``: the seeds it trained with at once in one stack, whose time its epochs
+    record; None: alone, with the ordinary engine)."""
     cfg, test = trainer.cfg, trainer.data.test
     metrics, logits = trainer.evaluate_split(test)
     diag = [v for row in fit.history for k, v in row.items() if k.startswith("test_diagnostic/")]
@@ -335,7 +337,7 @@ def run_benchmark(spec: BenchmarkSpec, results_json: Path | None = None,
         raise ConfigError(f"benchmark {spec.dataset!r}: expected one of {sorted(DATA_NAMES)}")
     if not spec.seeds:
         raise ConfigError("--seeds: expected at least 1 seed, found 0")
-    if spec.population < 1:
+    if spec.population is not None and spec.population < 1:
         raise ConfigError(f"--population {spec.population}: expected at least 1")
     fileio.check_out_dir(spec.out, "the benchmark's run folders")
     spec.out.mkdir(parents=True, exist_ok=True)
@@ -343,10 +345,10 @@ def run_benchmark(spec: BenchmarkSpec, results_json: Path | None = None,
     command = command or " ".join(["adni-pu", *sys.argv[1:]])
     results: list[dict[str, Any]] = []
     trained = False  # only the first group this command trains may overrun by one epoch
-    size = spec.population
+    size = spec.population or 1
     for group in [spec.seeds[i:i + size] for i in range(0, len(spec.seeds), size)]:
         done = all((spec.out / f"seed{seed}" / "result.json").is_file() for seed in group)
-        if size == 1:
+        if spec.population is None:
             one = run_seed(spec, group[0], cache, deadline, finish_first_epoch=not trained)
             found = None if one is None else [one]
         else:
