@@ -231,3 +231,18 @@ def test_a_population_of_cnns_with_augmentation(amp):
                 assert b.history[0][key] == pytest.approx(value, rel=tol), key
         assert all(math.isfinite(v) for k, v in b.history[-1].items()
                    if isinstance(v, float) and k.startswith("train/"))
+
+
+def test_the_stack_forward_traces_as_one_graph():
+    """torch.compile sees the whole stacked forward, padding mask included, as one graph
+    without breaks (what a compiled or CUDA-graph step needs)."""
+    import torch._dynamo as dynamo
+
+    torch.manual_seed(0)
+    stack = Stack([MLP(5, 8, 2) for _ in range(3)]).train()
+    x = torch.randn(3, 10, 5)
+    valid = torch.ones(3, 10)
+    valid[2, 6:] = 0
+    explained = dynamo.explain(stack)(x, valid)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+    dynamo.reset()

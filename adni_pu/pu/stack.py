@@ -10,17 +10,12 @@ several seeds' runs) this way; the networks are copied in before and back after 
 
 from __future__ import annotations
 
-import contextvars
 import copy
 from collections.abc import Sequence
 
 import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
-
-# The rows of the batch that count (B, inside vmap: one model's), for the masked BatchNorm.
-_VALID: contextvars.ContextVar[torch.Tensor | None] = contextvars.ContextVar(
-    "stack_valid_rows", default=None)
 
 
 def key(name: str) -> str:
@@ -49,9 +44,10 @@ class MaskedBatchNorm(nn.Module):
     def __init__(self, norm: _BatchNorm) -> None:
         super().__init__()
         self.norm = norm
+        self.valid: torch.Tensor | None = None  # set by the stack around each call
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        norm, valid = self.norm, _VALID.get()
+        norm, valid = self.norm, self.valid
         if valid is None or not norm.training:
             return norm(x)
         shape = [-1] + [1] * (x.dim() - 1)
@@ -109,6 +105,8 @@ class Stack(nn.Module):
         # the architecture without weights (not a submodule: its parameters are not ours)
         skeleton = _masked_norms(copy.deepcopy(members[0]).to("meta"))
         object.__setattr__(self, "_skeleton", skeleton)
+        object.__setattr__(self, "_norms", [m for m in skeleton.modules()
+                                            if isinstance(m, MaskedBatchNorm)])
         object.__setattr__(self, "_inner", {n: _inner_name(skeleton, n)
                                             for n in self.names + self.buffer_names})
         self.size = len(members)
@@ -138,13 +136,18 @@ class Stack(nn.Module):
         buffers = {self.inner_name(n): getattr(self, key(n)) for n in self.buffer_names}
         skeleton = self.skeleton
 
+        norms = self._norms  # type: ignore[attr-defined]
+
         def one(p: dict[str, torch.Tensor], b: dict[str, torch.Tensor], xb: torch.Tensor,
                 vb: torch.Tensor | None) -> torch.Tensor:
-            token = _VALID.set(vb)
-            try:
-                return torch.func.functional_call(skeleton, (p, b), (xb,))
-            finally:
-                _VALID.reset(token)
+            # each call sets the mask afresh (attributes, not a context variable: the
+            # forward then compiles as one graph with torch.compile)
+            for norm in norms:
+                norm.valid = vb
+            out = torch.func.functional_call(skeleton, (p, b), (xb,))
+            for norm in norms:
+                norm.valid = None
+            return out
 
         return torch.func.vmap(one, in_dims=(0, 0, 0, None if valid is None else 0))(
             params, buffers, x, valid)
