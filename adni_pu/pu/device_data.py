@@ -35,21 +35,29 @@ def configure_torch(device: torch.device, threads: int, deterministic: bool) -> 
             torch.backends.cudnn.benchmark = False
 
 
-def epoch_means(values: dict[str, list[Any]]) -> dict[str, float]:
+def epoch_means(values: dict[str, list[Any]]) -> dict[str, Any]:
     """Mean of each statistic over an epoch's batches, read from the device in one go.
 
     Values are summed in batch order in float64 on the host, exactly as the per-batch reads
-    of earlier versions did, so metrics.csv keeps its numbers.
+    of earlier versions did, so metrics.csv keeps its numbers. A statistic may be a vector
+    per batch (one entry per network of a stack, :mod:`adni_pu.pu.population`): its mean is
+    then a list, entry by entry.
     """
     tensors = [v for vals in values.values() for v in vals if isinstance(v, torch.Tensor)]
     read = iter(torch.stack(tensors).cpu().tolist()) if tensors else iter(())
-    means = {}
-    for key, vals in values.items():
-        total = 0.0
-        for v in vals:
-            total += next(read) if isinstance(v, torch.Tensor) else float(v)
-        means[key] = total / len(vals)
-    return means
+    return {key: _ordered_mean([next(read) if isinstance(v, torch.Tensor) else float(v)
+                                for v in vals])
+            for key, vals in values.items()}
+
+
+def _ordered_mean(rows: list[Any]) -> Any:
+    """The mean of ``rows`` summed in their order (per entry when the rows are lists)."""
+    if isinstance(rows[0], list):
+        return [_ordered_mean([row[m] for row in rows]) for m in range(len(rows[0]))]
+    total = 0.0
+    for row in rows:
+        total += row
+    return total / len(rows)
 
 
 def to_device(x: Any, device: torch.device) -> Any:

@@ -35,6 +35,7 @@ from adni_pu.errors import ConfigError
 from adni_pu.pu import calibration, losses
 from adni_pu.pu.batching import EpochPlan
 from adni_pu.pu.config import SelfPUConfig
+from adni_pu.pu.device_data import epoch_means
 from adni_pu.pu.loop import FitResult, OutOfTime, run_epochs
 from adni_pu.pu.selfpu_loss import teacher_term
 from adni_pu.pu.stack import Stack
@@ -173,6 +174,12 @@ def pad_rows(x: torch.Tensor, rows: int) -> torch.Tensor:
     return torch.cat([x, x.new_zeros((rows - len(x), *x.shape[1:]))])
 
 
+def per_network(parts: Sequence[torch.Tensor], width: int, students: int) -> torch.Tensor:
+    """Each run's part of a batch padded to ``width`` rows, stacked, and repeated for each
+    of the run's ``students`` (M x width x ...)."""
+    return torch.stack([pad_rows(v, width) for v in parts]).repeat_interleave(students, 0)
+
+
 def train_epoch(trainers: Sequence[Trainer], epoch: int, deadline: float | None = None
                 ) -> list[dict[str, float]]:
     """One epoch of every run at once; returns each run's mean statistics (as
@@ -209,16 +216,14 @@ def train_epoch(trainers: Sequence[Trainer], epoch: int, deadline: float | None 
         if deadline is not None and time.monotonic() > deadline:
             raise OutOfTime
         xs, ss, idxs = zip(*(next(it) for it in inputs))
-        x = torch.stack([pad_rows(v, width) for v in xs]).repeat_interleave(n_students, 0)
-        s = torch.stack([pad_rows(v, width) for v in ss]).float()
-        idx = torch.stack([pad_rows(v, width) for v in idxs])
+        x = per_network(xs, width, n_students)
+        s = per_network(ss, width, n_students).float()
+        idx = per_network(idxs, width, n_students)
         meta = step.meta_batch([next(m) for m in metas])
         rows = masks.batch(b)
         with lead.device_data.autocast():
             logits = stack(x, rows["valid"]).float()
-            loss, stats = step_loss(step, stack, logits, x,
-                                    s.repeat_interleave(n_students, 0),
-                                    idx.repeat_interleave(n_students, 0), rows,
+            loss, stats = step_loss(step, stack, logits, x, s, idx, rows,
                                     epoch + b / n_batches, meta,
                                     None if teachers is None else teachers.model)
         opt.zero_grad(set_to_none=True)
@@ -243,22 +248,13 @@ def train_epoch(trainers: Sequence[Trainer], epoch: int, deadline: float | None 
 
 def _epoch_means(values: dict[str, list[Any]], trainers: Sequence[Trainer]
                  ) -> list[dict[str, float]]:
-    """Each run's statistics (``student/key``) as means over the epoch's batches, read from
-    the device in one go and summed in batch order in float64 on the host (as
-    :func:`device_data.epoch_means` does for one run)."""
+    """Each run's statistics (``student/key``) as means over the epoch's batches
+    (:func:`device_data.epoch_means`, per network)."""
     names = [(i, st.name) for i, t in enumerate(trainers) for st in t.students]
-    tensors = [torch.stack(vals) for vals in values.values()
-               if isinstance(vals[0], torch.Tensor)]
-    read = iter(torch.stack(tensors).cpu().tolist()) if tensors else iter(())
     out: list[dict[str, float]] = [{} for _ in trainers]
-    for key, vals in values.items():
-        rows = next(read) if isinstance(vals[0], torch.Tensor) else [[v] * len(names)
-                                                                     for v in vals]
+    for key, mean in epoch_means(values).items():
         for m, (i, name) in enumerate(names):
-            total = 0.0
-            for row in rows:
-                total += row[m]
-            out[i][f"{name}/{key}"] = total / len(rows)
+            out[i][f"{name}/{key}"] = mean[m] if isinstance(mean, list) else mean
     return out
 
 
@@ -295,7 +291,6 @@ class StepContext:
         if batches[0] is None:
             return None
         width = max(len(b[1]) for b in batches)
-        rep = self.n_students
         pos, unl = [], []
         for _, s_val, _, n_pos in batches:
             rows = torch.zeros(2, width, device=s_val.device)
@@ -304,11 +299,8 @@ class StepContext:
             pos.append(rows[0])
             unl.append(rows[1])
 
-        def stacked(parts: list[torch.Tensor]) -> torch.Tensor:
-            return torch.stack([pad_rows(v, width) for v in parts]).repeat_interleave(rep, 0)
-
-        return (stacked([b[0] for b in batches]), stacked([b[2] for b in batches]),
-                stacked(pos), stacked(unl))
+        return tuple(per_network(parts, width, self.n_students)
+                     for parts in ([b[0] for b in batches], [b[2] for b in batches], pos, unl))
 
 
 def step_loss(ctx: StepContext, stack: Stack, logits: torch.Tensor, x: torch.Tensor,

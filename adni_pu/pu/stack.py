@@ -109,7 +109,6 @@ class Stack(nn.Module):
                                             if isinstance(m, MaskedBatchNorm)])
         object.__setattr__(self, "_inner", {n: _inner_name(skeleton, n)
                                             for n in self.names + self.buffer_names})
-        self.size = len(members)
         self.train(members[0].training)
 
     @property
