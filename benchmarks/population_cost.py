@@ -8,7 +8,9 @@ Modes, each timed in this one process (so their ratios share the machine's state
 - ``alone``: one seed with the ordinary engine (two students one after the other);
 - ``population-K``: K seeds (2K networks) in one :class:`~adni_pu.pu.stack.Stack`
   (:func:`adni_pu.pu.population.fit_population`), for each K of ``--sizes``;
-- each with the meta step's double backward, and (``--jvp``) its forward-mode form.
+- each with the meta step's double backward, and (``--jvp``) its forward-mode form;
+- (``--capture``) each population again with its step replayed as a CUDA graph
+  (:mod:`adni_pu.pu.replay`), ``population-K-capture``.
 
 A mode trains the full Self-PU preset on full MNIST for ``2 + 1 + 1`` epochs: two of phase 1
 (the first also pays for CUDA's start), one of phase 2 (with its selection) and one of
@@ -57,8 +59,8 @@ def phase_seconds(history: list[dict[str, Any]]) -> dict[str, float]:
     return {str(r["phase"]): r["time/epoch_seconds"] for r in history}
 
 
-def run_mode(size: int | None, args: argparse.Namespace, hypergradient: str
-             ) -> dict[str, Any]:
+def run_mode(size: int | None, args: argparse.Namespace, hypergradient: str,
+             capture: bool = False) -> dict[str, Any]:
     seeds = list(range(1 if size is None else size))
     trainers = []
     for seed in seeds:
@@ -69,13 +71,14 @@ def run_mode(size: int | None, args: argparse.Namespace, hypergradient: str
     if size is None:
         histories = [trainers[0].fit().history]
     else:
-        fit_population(trainers)
+        fit_population(trainers, capture=capture)
         histories = [t.history for t in trainers]
     wall = time.perf_counter() - start
     seconds = phase_seconds(histories[0])
     projected = sum(SCHEDULE[int(p)] * s for p, s in seconds.items())
     runs = len(seeds)
     return {"runs": runs, "networks": 2 * runs, "hypergradient": hypergradient,
+            "capture": capture,
             "seconds_per_epoch_by_phase": seconds,
             "projected_200_epochs_seconds": projected,
             "projected_200_epochs_seconds_per_run": projected / runs,
@@ -92,6 +95,8 @@ def main() -> None:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 10])
     parser.add_argument("--jvp", action="store_true", help="also time hypergradient = jvp")
+    parser.add_argument("--capture", action="store_true",
+                        help="also time each population with its step as a CUDA graph")
     parser.add_argument("--threads", type=int, default=0)
     args = parser.parse_args()
     if args.threads:
@@ -100,13 +105,16 @@ def main() -> None:
     if args.out.is_file():
         done = json.loads(args.out.read_text()).get("results", {})
     gpu = torch.cuda.get_device_name() if args.device == "cuda" else "none"
-    modes = [(f"alone-{h}" if size is None else f"population-{size}-{h}", size, h)
+    modes = [(f"alone-{h}" if size is None else f"population-{size}-{h}", size, h, False)
              for h in (["double-backward", "jvp"] if args.jvp else ["double-backward"])
              for size in [None, *args.sizes]]
-    for name, size, hypergradient in modes:
+    if args.capture:
+        modes += [(f"population-{size}-capture-{h}", size, h, True)
+                  for _, size, h, _ in modes if size is not None]
+    for name, size, hypergradient, capture in modes:
         if name in done:
             continue
-        done[name] = run_mode(size, args, hypergradient)
+        done[name] = run_mode(size, args, hypergradient, capture)
         print(name, json.dumps(done[name]), flush=True)
         gc.collect()  # the mode's trainers and data, so the next peak is the next mode's own
         if torch.cuda.is_available():

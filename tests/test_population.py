@@ -84,6 +84,21 @@ def test_a_population_equals_separate_runs(two_seeds, method, sp):
     _assert_runs_equal(alone, together, 1e-5)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+@pytest.mark.parametrize("method, sp", [("nnpu", {}), ("selfpu", {}),
+                                        ("selfpu", {"hypergradient": "jvp"})])
+def test_a_captured_population_equals_the_eager_one(two_seeds, method, sp):
+    """The step replayed as a CUDA graph (adni_pu/pu/replay.py) trains what the eager step
+    trains, every phase, teachers included."""
+    cfgs = [tiny_config(method=method, epochs=5, seed=s, device="cuda", selfpu={**SP, **sp})
+            for s in (0, 1)]
+    eager = [Trainer(c, d) for c, d in zip(cfgs, two_seeds)]
+    fit_population(eager)
+    captured = [Trainer(c, d) for c, d in zip(cfgs, two_seeds)]
+    assert all(r.complete for r in fit_population(captured, capture=True))
+    _assert_runs_equal(eager, captured, 1e-5)
+
+
 def test_population_run_folders_resume_alone(two_seeds, tmp_path):
     """Each run of a population keeps an ordinary run folder: stopped by its deadline after
     each epoch, the population resumes; then one run continues as a population of one and
@@ -115,6 +130,9 @@ def test_population_refuses_what_it_does_not_do(two_seeds):
                                 two_seeds[1])])
     with pytest.raises(ConfigError, match="compile"):
         fit_population([Trainer(tiny_config(method="nnpu", compile=True), two_seeds[0])])
+    with pytest.raises(ConfigError, match="capture on device 'cpu'"):
+        fit_population([Trainer(tiny_config(method="nnpu", device="cpu"), two_seeds[0])],
+                       capture=True)
     band = tiny_config(method="selfpu", selfpu={**SP, "rest_risk": "band"})
     with pytest.raises(ConfigError, match="rest_risk"):
         fit_population([Trainer(band, two_seeds[0])])

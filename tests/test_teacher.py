@@ -162,3 +162,30 @@ def test_batchnorm_recompute_is_exact_when_batches_are_not_mixed():
     torch.testing.assert_close(bn.running_var, x.var(0), rtol=1e-5, atol=1e-5)
     assert float(bn.running_var.min()) > 3.0  # a mean of the chunks' variances is about 1
     assert not model.training
+
+
+@pytest.mark.parametrize("mode", ["ema", "uniform"])
+def test_device_rate_and_ramp_equal_the_host_ones(mode):
+    """A step replayed as a graph keeps the update count and the epoch on the device: the
+    rate, the averaging and the ramp computed there equal the host forms."""
+    torch.manual_seed(0)
+    student = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4))
+    host = MeanTeacher(student, mode=mode, decay=0.9)
+    device = MeanTeacher(student, mode=mode, decay=0.9)
+    count = torch.zeros((), dtype=torch.float64)
+    for _ in range(15):
+        with torch.no_grad():
+            for p in student.parameters():
+                p.add_(torch.randn_like(p))
+        keep = device.rate(count)
+        assert keep.item() == pytest.approx(host.rate(), abs=1e-15)
+        host.update(student)
+        device.average(student, keep.float())
+        count += 1
+    for a, b in zip(host.model.state_dict().values(), device.model.state_dict().values()):
+        assert torch.allclose(a.float(), b.float(), rtol=1e-6, atol=1e-6)
+    for epoch in (-1.0, 0.0, 0.3, 2.5, 5.0, 7.0):
+        ramp = sigmoid_rampup(torch.tensor(epoch, dtype=torch.float64), 5)
+        assert ramp.dtype == torch.float32
+        assert ramp.item() == pytest.approx(sigmoid_rampup(epoch, 5), rel=1e-6, abs=1e-7)
+    assert sigmoid_rampup(torch.tensor(3.0), 0).item() == 1.0

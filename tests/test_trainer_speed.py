@@ -293,15 +293,12 @@ def test_a_deadline_is_refused_with_distributed_training(tiny_pu):
         trainer.fit(deadline=time.monotonic() + 60)
 
 
-@pytest.mark.filterwarnings("ignore:Seems like:UserWarning")
-@pytest.mark.parametrize("settings", [{"method": "nnpu"}, {"method": "selfpu", "selfpu": SP}])
-def test_population_step_never_waits_for_the_device(tiny_pu, monkeypatch, settings):
-    """The stacked step of a population holds no host sync at all (a step a GPU can replay
-    needs none); Adam's CPU step counters are muted as above (the stack's Adam is fused,
-    its counter on the device, on a GPU), and the teacher ramp is a host scalar."""
+def _mute_adam(monkeypatch) -> None:
+    """Hide Adam from the dispatch modes: on the CPU it reads its step counters as host
+    numbers (on a GPU the stack's Adam is fused and capturable, its counter on the device),
+    and the stacked optimiser reads the members' counters once per epoch."""
     from adni_pu.pu import population
 
-    monkeypatch.setattr(selfpu_loss, "sigmoid_rampup", lambda epoch, length: 0.5)
     step = torch.optim.Adam.step
 
     def quiet_step(self, *a, **k):
@@ -311,11 +308,21 @@ def test_population_step_never_waits_for_the_device(tiny_pu, monkeypatch, settin
     monkeypatch.setattr(torch.optim.Adam, "step", quiet_step)
     stacked = population._stacked_optimizer
 
-    def quiet_stacked(*a, **k):  # reads the members' CPU step counters, once per epoch
+    def quiet_stacked(*a, **k):
         with _disable_current_modes():
             return stacked(*a, **k)
 
     monkeypatch.setattr(population, "_stacked_optimizer", quiet_stacked)
+
+
+@pytest.mark.filterwarnings("ignore:Seems like:UserWarning")
+@pytest.mark.parametrize("settings", [{"method": "nnpu"}, {"method": "selfpu", "selfpu": SP}])
+def test_population_step_never_waits_for_the_device(tiny_pu, monkeypatch, settings):
+    """The stacked step of a population holds no host sync at all, the teacher ramp and
+    the teachers' averaging rate included (a step a GPU can replay needs none)."""
+    from adni_pu.pu import population
+
+    _mute_adam(monkeypatch)
     counts = []
     for batch_size in (256, 32):
         trainers = [Trainer(tiny_config(batch_size=batch_size, epochs=3, seed=s, **settings),
@@ -329,3 +336,73 @@ def test_population_step_never_waits_for_the_device(tiny_pu, monkeypatch, settin
             calls.append(spy.calls)
         counts.append(calls)
     assert counts == [[[], [], []], [[], [], []]], counts
+
+
+def _described(value):
+    """An operator argument as the graph would bake it in: a tensor by its shape and dtype,
+    anything else (numbers, flags) by its value."""
+    if isinstance(value, torch.Tensor):
+        return ("tensor", tuple(value.shape), value.dtype)
+    if isinstance(value, (list, tuple)):
+        return tuple(_described(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _described(v)) for k, v in value.items()))
+    return repr(value)
+
+
+class OpLog(TorchDispatchMode):
+    """Every operator with its arguments as :func:`_described` gives them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[tuple] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        if not func._schema.name.startswith("profiler::"):  # markers, not graph work
+            self.ops.append((func._schema.name, _described(args), _described(kwargs or {})))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.filterwarnings("ignore:Seems like:UserWarning")
+@pytest.mark.parametrize("settings", [
+    {"method": "nnpu"},
+    {"method": "selfpu", "selfpu": SP},
+    {"method": "selfpu", "selfpu": {**SP, "hypergradient": "jvp", "meta_sign_flip": True,
+                                    "teacher_average": "uniform"}},
+])
+def test_population_step_is_the_same_at_every_batch(tiny_pu, monkeypatch, settings):
+    """What lets a GPU capture the step once and replay it (adni_pu/pu/replay.py): within an
+    epoch every batch issues the same operators with the same shapes and the same host
+    numbers (a changing number, such as the teacher ramp or the averaging rate, lives in a
+    device tensor), and no tensor is made from host values inside the step."""
+    from adni_pu.pu import population, replay
+
+    _mute_adam(monkeypatch)
+    logs: list[list[tuple]] = []
+    call = replay.StepReplay.__call__
+
+    def logged(self, *inputs):
+        with OpLog() as log:
+            out = call(self, *inputs)
+        logs.append(log.ops)
+        return out
+
+    monkeypatch.setattr(replay.StepReplay, "__call__", logged)
+    trainers = [Trainer(tiny_config(batch_size=32, epochs=4, seed=s, **settings), tiny_pu)
+                for s in (0, 1)]
+    for epoch in range(4):
+        for t in trainers:
+            t.strategy.before_epoch(epoch, {})
+        logs.clear()
+        population.train_epoch(trainers, epoch)
+        assert len(logs) > 2
+        assert not [op for op in logs[0] if op[0] in ("aten::lift_fresh", *SYNC_OPS)]
+        changed = [b for b, ops in enumerate(logs) if ops != logs[0]]
+        assert not changed, (epoch, changed[:3], _first_difference(logs[0], logs[changed[0]]))
+
+
+def _first_difference(a: list[tuple], b: list[tuple]) -> tuple:
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i, x, y
+    return len(a), len(a), len(b)

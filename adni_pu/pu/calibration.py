@@ -170,11 +170,11 @@ def hypergradient_jvp(
 
     primals = tuple(p.detach() for p in params)
     _, tangent = torch.func.jvp(terms, primals, direction)
-    sign = torch.tensor([-1.0 if sign_flip else 1.0, 1.0], dtype=tangent.dtype,
-                        device=tangent.device).view(2, *[1] * (tangent.dim() - 1))
+    if sign_flip:  # no tensor made from host values: the step stays replayable
+        tangent = torch.stack([-tangent[0], tangent[1]])
     scale = (step_size / max(tangent.shape[1], 1) if counts is None
              else step_size / counts.clamp(min=1))
-    return scale * sign * tangent.detach()
+    return scale * tangent.detach()
 
 
 def normalise_weights(raw: torch.Tensor, batch_size: int | torch.Tensor, cap: float,

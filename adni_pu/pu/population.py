@@ -37,6 +37,7 @@ from adni_pu.pu.batching import EpochPlan
 from adni_pu.pu.config import SelfPUConfig
 from adni_pu.pu.device_data import epoch_means
 from adni_pu.pu.loop import FitResult, OutOfTime, run_epochs
+from adni_pu.pu.replay import StepReplay
 from adni_pu.pu.selfpu_loss import teacher_term
 from adni_pu.pu.stack import Stack
 from adni_pu.pu.strategies import SelfPU
@@ -78,30 +79,36 @@ def check_population(trainers: Sequence[Trainer]) -> None:
 
 
 def fit_population(trainers: Sequence[Trainer], deadline: float | None = None,
-                   finish_first_epoch: bool = True) -> list[FitResult]:
+                   finish_first_epoch: bool = True, capture: bool = False
+                   ) -> list[FitResult]:
     """Fit every run of ``trainers`` (each resumes from its own folder) together.
 
     ``deadline`` and ``finish_first_epoch`` as in :meth:`Trainer.fit`; a run's epoch time in
-    its metrics is the population's.
+    its metrics is the population's. ``capture``: each epoch's step is replayed as a CUDA
+    graph (:mod:`adni_pu.pu.replay`; a CUDA device only).
     """
     check_population(trainers)
-    return run_epochs(list(trainers), partial(train_epoch, trainers), deadline,
-                      finish_first_epoch)
+    if capture and trainers[0].device.type != "cuda":
+        raise ConfigError(f"capture on device {trainers[0].device.type!r}: CUDA graphs need "
+                          "a CUDA device")
+    return run_epochs(list(trainers), partial(train_epoch, trainers, capture=capture),
+                      deadline, finish_first_epoch)
 
 
 # ---------------------------------------------------------------------- one epoch
 
 
-def _stacked_optimizer(stack: Stack, members: list[torch.optim.Optimizer]
-                       ) -> torch.optim.Adam:
+def _stacked_optimizer(stack: Stack, members: list[torch.optim.Optimizer],
+                       capture: bool = False) -> torch.optim.Adam:
     """One Adam over the stack with the members' settings and (stacked) moments; on a GPU
-    the fused kernel (one launch per step; elementwise like the members' own)."""
+    the fused kernel (one launch per step; elementwise like the members' own), capturable
+    in a CUDA graph with ``capture``."""
     params = stack.stacked_parameters()
     fused = params[0].device.type == "cuda"
-    opt = torch.optim.Adam(params, fused=fused)
+    opt = torch.optim.Adam(params, fused=fused, capturable=capture)
     group = members[0].param_groups[0]
     opt.param_groups[0].update({k: v for k, v in group.items()
-                                if k not in ("params", "fused", "foreach")})
+                                if k not in ("params", "fused", "foreach", "capturable")})
     if not members[0].state:
         return opt
     for j, p in enumerate(stack.stacked_parameters()):
@@ -180,10 +187,11 @@ def per_network(parts: Sequence[torch.Tensor], width: int, students: int) -> tor
     return torch.stack([pad_rows(v, width) for v in parts]).repeat_interleave(students, 0)
 
 
-def train_epoch(trainers: Sequence[Trainer], epoch: int, deadline: float | None = None
-                ) -> list[dict[str, float]]:
+def train_epoch(trainers: Sequence[Trainer], epoch: int, deadline: float | None = None,
+                capture: bool = False) -> list[dict[str, float]]:
     """One epoch of every run at once; returns each run's mean statistics (as
-    :meth:`Trainer.train_epoch` does for one)."""
+    :meth:`Trainer.train_epoch` does for one). ``capture``: the step is replayed as a CUDA
+    graph (:mod:`adni_pu.pu.replay`), captured afresh each epoch."""
     lead, cfg = trainers[0], trainers[0].cfg
     phase = lead.strategy.phase(epoch)
     n_students = len(lead.students)
@@ -201,36 +209,48 @@ def train_epoch(trainers: Sequence[Trainer], epoch: int, deadline: float | None 
     students = [st for t in trainers for st in t.students]
     stack = Stack([st.model for st in students]).train()
     members = [st.optimizer for st in students]
-    opt = _stacked_optimizer(stack, members)
+    opt = _stacked_optimizer(stack, members, capture)
     teachers = None
     if students[0].teacher is not None:
         first = students[0].teacher
         teachers = MeanTeacher(Stack([st.teacher.model for st in students]), first.mode,
                                first.decay, first.bn, copy=False)
         teachers.steps = first.steps
-    step = StepContext(trainers, phase, n_students, device,
-                       [st.prior_rest for st in students])
-    values: dict[str, list[Any]] = {}
+    ctx = StepContext(trainers, phase, n_students, device,
+                      [st.prior_rest for st in students])
     n_batches = len(plans[0].sizes)
-    for b in range(n_batches):
-        if deadline is not None and time.monotonic() > deadline:
-            raise OutOfTime
-        xs, ss, idxs = zip(*(next(it) for it in inputs))
-        x = per_network(xs, width, n_students)
-        s = per_network(ss, width, n_students).float()
-        idx = per_network(idxs, width, n_students)
-        meta = step.meta_batch([next(m) for m in metas])
-        rows = masks.batch(b)
+    # the epoch's progress at each batch and the teachers' update count, on the device
+    progress = epoch + torch.arange(n_batches, dtype=torch.float64, device=device) / n_batches
+    updates = torch.full((), float(0 if teachers is None else teachers.steps),
+                         dtype=torch.float64, device=device)
+
+    def step(x: torch.Tensor, s: torch.Tensor, idx: torch.Tensor,
+             rows: dict[str, torch.Tensor], meta: tuple[torch.Tensor, ...] | None,
+             at: torch.Tensor) -> Stats:
         with lead.device_data.autocast():
             logits = stack(x, rows["valid"]).float()
-            loss, stats = step_loss(step, stack, logits, x, s, idx, rows,
-                                    epoch + b / n_batches, meta,
+            loss, stats = step_loss(ctx, stack, logits, x, s, idx, rows, at, meta,
                                     None if teachers is None else teachers.model)
         opt.zero_grad(set_to_none=True)
         loss.sum().backward()
         opt.step()
         if teachers is not None:
-            teachers.update(stack)
+            teachers.average(stack, teachers.rate(updates).float())
+            updates.add_(1)
+        return stats
+
+    replay = StepReplay(step, capture)
+    values: dict[str, list[Any]] = {}
+    for b in range(n_batches):
+        if deadline is not None and time.monotonic() > deadline:
+            raise OutOfTime
+        xs, ss, idxs = zip(*(next(it) for it in inputs))
+        stats = replay(per_network(xs, width, n_students),
+                       per_network(ss, width, n_students).float(),
+                       per_network(idxs, width, n_students),
+                       masks.batch(b), ctx.meta_batch([next(m) for m in metas]), progress[b])
+        if teachers is not None:
+            teachers.steps += 1
         for key, value in stats.items():
             values.setdefault(key, []).append(value)
     stack.unstack_into([st.model for st in students])
@@ -305,7 +325,7 @@ class StepContext:
 
 def step_loss(ctx: StepContext, stack: Stack, logits: torch.Tensor, x: torch.Tensor,
               s: torch.Tensor, idx: torch.Tensor, masks: dict[str, torch.Tensor],
-              epoch: float, meta: tuple[torch.Tensor, ...] | None, teachers: Stack | None
+              epoch: torch.Tensor, meta: tuple[torch.Tensor, ...] | None, teachers: Stack | None
               ) -> tuple[torch.Tensor, Stats]:
     """Every network's loss on this batch (M) and its statistics (M-vectors): the
     method's baseline loss, or Self-PU's phase 1 (warm-up), 2 (self-paced with
@@ -425,7 +445,7 @@ def _weight_stats(w: calibration.CalibrationWeights, rest: torch.Tensor,
 
 
 def distillation(logits: torch.Tensor, s: torch.Tensor, masks: dict[str, torch.Tensor],
-                 pu_obj: torch.Tensor, sp: SelfPUConfig, epoch: float, n_students: int,
+                 pu_obj: torch.Tensor, sp: SelfPUConfig, epoch: torch.Tensor, n_students: int,
                  x: torch.Tensor, teachers: Stack | None, stats: Stats) -> torch.Tensor:
     """Phase 3 for every network (:func:`selfpu_loss.distillation`): consistency with the
     run's other student on hard examples outside the trusted set, and with the teacher."""

@@ -132,12 +132,13 @@ def distillation(logits: torch.Tensor, other: torch.Tensor | None, s: torch.Tens
     return extra
 
 
-def teacher_term(l_t: torch.Tensor, sp: SelfPUConfig, epoch: float, stats: Stats
-                 ) -> torch.Tensor:
-    """The mean-teacher consistency ``l_t`` weighted by its ramp-up at ``epoch`` (adds
-    its statistics to ``stats``)."""
+def teacher_term(l_t: torch.Tensor, sp: SelfPUConfig, epoch: float | torch.Tensor,
+                 stats: Stats) -> torch.Tensor:
+    """The mean-teacher consistency ``l_t`` weighted by its ramp-up at ``epoch`` (a number,
+    or a device tensor in a step replayed as a graph; adds its statistics to ``stats``)."""
     weight = sp.teacher_weight * sigmoid_rampup(epoch - sp.self_paced_end,
                                                 sp.teacher_rampup_epochs)
     stats["teacher_consistency"] = l_t.detach().double()
-    stats["teacher_weight"] = weight
+    stats["teacher_weight"] = (weight.double().expand(l_t.shape)
+                               if isinstance(weight, torch.Tensor) else weight)
     return weight * l_t

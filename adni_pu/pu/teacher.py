@@ -43,15 +43,24 @@ class MeanTeacher:
         self.bn = bn
         self.steps = 0
 
-    def rate(self) -> float:
-        """Weight kept from the current teacher at the next update."""
-        uniform = 1.0 - 1.0 / (self.steps + 1)
-        return uniform if self.mode == "uniform" else min(uniform, self.decay)
+    def rate(self, steps: torch.Tensor | None = None) -> Any:
+        """Weight kept from the current teacher at the next update; after ``steps`` updates
+        (a device tensor, for a step replayed as a graph) instead of :attr:`steps`."""
+        t = self.steps if steps is None else steps
+        uniform = 1.0 - 1.0 / (t + 1)
+        if self.mode == "uniform":
+            return uniform
+        return min(uniform, self.decay) if steps is None else uniform.clamp(max=self.decay)
 
-    @torch.no_grad()
     def update(self, student: nn.Module) -> None:
         """Move the teacher towards ``student`` by one averaging step."""
-        keep = self.rate()
+        self.average(student, self.rate())
+        self.steps += 1
+
+    @torch.no_grad()
+    def average(self, student: nn.Module, keep: float | torch.Tensor) -> None:
+        """teacher <- keep x teacher + (1 - keep) x student (``keep``: a number, or a 0-d
+        device tensor); the integer buffers are copied. :attr:`steps` is the caller's."""
         if not hasattr(self, "_pairs"):  # tensors to average, gathered once (fused updates)
             t_float, s_float, t_int, s_int = [], [], [], []
             skip = batchnorm_buffers(self.model) if self.bn == "recompute" else set()
@@ -63,10 +72,13 @@ class MeanTeacher:
             self._pairs = (t_float, s_float, t_int, s_int)
         t_float, s_float, t_int, s_int = self._pairs
         torch._foreach_mul_(t_float, keep)
-        torch._foreach_add_(t_float, [s.detach() for s in s_float], alpha=1.0 - keep)
+        if isinstance(keep, torch.Tensor):
+            torch._foreach_add_(t_float, torch._foreach_mul([s.detach() for s in s_float],
+                                                            1.0 - keep))
+        else:
+            torch._foreach_add_(t_float, [s.detach() for s in s_float], alpha=1.0 - keep)
         for t, s in zip(t_int, s_int):
             t.copy_(s)
-        self.steps += 1
 
     def state_dict(self) -> dict[str, object]:
         return {"model": self.model.state_dict(), "steps": self.steps}
@@ -144,8 +156,14 @@ def _batch_size(x: Any) -> int:
     return next(len(v) for v in values if isinstance(v, torch.Tensor))
 
 
-def sigmoid_rampup(epoch: float, length: int) -> float:
-    """exp(-5 (1 - t)^2) ramp from 0 to 1 over ``length`` epochs (Laine & Aila)."""
+def sigmoid_rampup(epoch: Any, length: int) -> Any:
+    """exp(-5 (1 - t)^2) ramp from 0 to 1 over ``length`` epochs (Laine & Aila); for an
+    ``epoch`` that is a device tensor (a step replayed as a graph), a float32 tensor."""
+    if isinstance(epoch, torch.Tensor):
+        if length <= 0:
+            return torch.ones_like(epoch, dtype=torch.float32)
+        t = (epoch / length).clamp(0.0, 1.0)
+        return torch.exp(-5.0 * (1.0 - t) ** 2).float()
     if length <= 0:
         return 1.0
     t = min(max(epoch / length, 0.0), 1.0)
