@@ -41,5 +41,8 @@ def test_a_captured_step_replays_each_call_with_its_own_inputs():
     assert outs[3]["total"].tolist() == [12.0] * 3  # copied out, not overwritten later
     with pytest.raises(ValueError, match="changed shape"):
         replay(torch.ones(4, device="cuda"), {"scale": torch.tensor(2.0, device="cuda")})
+    with pytest.raises(ValueError, match="changed shape, dtype or device"):
+        replay(torch.ones(3, device="cuda", dtype=torch.float64),
+               {"scale": torch.tensor(2.0, device="cuda")})
     with pytest.raises(ValueError, match="changed structure"):
         replay(torch.ones(3, device="cuda"), {"other": torch.tensor(2.0, device="cuda")})

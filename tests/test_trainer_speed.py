@@ -339,10 +339,10 @@ def test_population_step_never_waits_for_the_device(tiny_pu, monkeypatch, settin
 
 
 def _described(value):
-    """An operator argument as the graph would bake it in: a tensor by its shape and dtype,
-    anything else (numbers, flags) by its value."""
+    """An operator argument as the graph would bake it in: a tensor by its shape, dtype and
+    device, anything else (numbers, flags) by its value."""
     if isinstance(value, torch.Tensor):
-        return ("tensor", tuple(value.shape), value.dtype)
+        return ("tensor", tuple(value.shape), value.dtype, value.device)
     if isinstance(value, (list, tuple)):
         return tuple(_described(v) for v in value)
     if isinstance(value, dict):

@@ -235,7 +235,7 @@ def train_epoch(trainers: Sequence[Trainer], epoch: int, deadline: float | None 
         loss.sum().backward()
         opt.step()
         if teachers is not None:
-            teachers.average(stack, teachers.rate(updates).float())
+            teachers.average(stack, teachers.rate(updates))
             updates.add_(1)
         return stats
 

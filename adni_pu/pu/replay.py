@@ -16,6 +16,7 @@ capture itself only where a GPU is present (tests/test_replay.py).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -53,7 +54,10 @@ class StepReplay:
         if self.calls <= self.warmup:
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
+            with torch.cuda.stream(side), warnings.catch_warnings():
+                # a capturable optimiser warns when it steps outside a graph, as it must here
+                warnings.filterwarnings("ignore", message="This instance was constructed "
+                                        "with capturable=True")
                 out = self.step(*inputs)
             torch.cuda.current_stream().wait_stream(side)
             return out
@@ -64,11 +68,17 @@ class StepReplay:
             raise ValueError(f"a replayed step's inputs changed structure: captured {self._spec}, "
                              f"found {spec}")
         for static, value in zip(self._inputs, flat):
-            if isinstance(static, torch.Tensor):
-                if static.shape != value.shape:
-                    raise ValueError(f"a replayed step's input changed shape: captured "
-                                     f"{tuple(static.shape)}, found {tuple(value.shape)}")
-                static.copy_(value)
+            if not isinstance(static, torch.Tensor):
+                if value != static:
+                    raise ValueError(f"a replayed step's input changed: captured {static!r}, "
+                                     f"found {value!r}")
+                continue
+            seen, found = (static.shape, static.dtype, static.device), (
+                value.shape, value.dtype, value.device)
+            if seen != found:
+                raise ValueError(f"a replayed step's input changed shape, dtype or device: "
+                                 f"captured {seen}, found {found}")
+            static.copy_(value)
         self.graph.replay()
         return {key: value.clone() for key, value in self._outputs.items()}
 

@@ -60,7 +60,8 @@ class MeanTeacher:
     @torch.no_grad()
     def average(self, student: nn.Module, keep: float | torch.Tensor) -> None:
         """teacher <- keep x teacher + (1 - keep) x student (``keep``: a number, or a 0-d
-        device tensor); the integer buffers are copied. :attr:`steps` is the caller's."""
+        float64 device tensor); the integer buffers are copied. :attr:`steps` is the
+        caller's."""
         if not hasattr(self, "_pairs"):  # tensors to average, gathered once (fused updates)
             t_float, s_float, t_int, s_int = [], [], [], []
             skip = batchnorm_buffers(self.model) if self.bn == "recompute" else set()
@@ -71,11 +72,12 @@ class MeanTeacher:
                 (s_float if t.dtype.is_floating_point else s_int).append(s)
             self._pairs = (t_float, s_float, t_int, s_int)
         t_float, s_float, t_int, s_int = self._pairs
-        torch._foreach_mul_(t_float, keep)
-        if isinstance(keep, torch.Tensor):
+        if isinstance(keep, torch.Tensor):  # both weights rounded from float64, as the numbers are
+            torch._foreach_mul_(t_float, keep.float())
             torch._foreach_add_(t_float, torch._foreach_mul([s.detach() for s in s_float],
-                                                            1.0 - keep))
+                                                            (1.0 - keep).float()))
         else:
+            torch._foreach_mul_(t_float, keep)
             torch._foreach_add_(t_float, [s.detach() for s in s_float], alpha=1.0 - keep)
         for t, s in zip(t_int, s_int):
             t.copy_(s)
@@ -163,7 +165,7 @@ def sigmoid_rampup(epoch: Any, length: int) -> Any:
         if length <= 0:
             return torch.ones_like(epoch, dtype=torch.float32)
         t = (epoch / length).clamp(0.0, 1.0)
-        return torch.exp(-5.0 * (1.0 - t) ** 2).float()
+        return torch.exp((-5.0 * (1.0 - t) ** 2).float())  # float32 as the host form
     if length <= 0:
         return 1.0
     t = min(max(epoch / length, 0.0), 1.0)
