@@ -37,7 +37,7 @@ class StepReplay:
     """
 
     def __init__(self, step: Callable[..., Outputs], capture: bool = False,
-                 warmup: int = 2) -> None:
+                 warmup: int = 3) -> None:
         self.step = step
         self.capture = capture
         self.warmup = warmup
