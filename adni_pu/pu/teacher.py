@@ -72,7 +72,7 @@ class MeanTeacher:
                 (s_float if t.dtype.is_floating_point else s_int).append(s)
             self._pairs = (t_float, s_float, t_int, s_int)
         t_float, s_float, t_int, s_int = self._pairs
-        if isinstance(keep, torch.Tensor):  # both weights rounded from float64, as the numbers are
+        if isinstance(keep, torch.Tensor):  # both weights rounded from float64, as host numbers are
             torch._foreach_mul_(t_float, keep.float())
             torch._foreach_add_(t_float, torch._foreach_mul([s.detach() for s in s_float],
                                                             (1.0 - keep).float()))
