@@ -127,3 +127,51 @@ def test_validation_logits_are_written_per_epoch_only_when_asked(tiny_pu, tmp_pa
     assert checkpoint.config_fingerprint(cfg) == checkpoint.config_fingerprint(
         tiny_config(method="selfpu", epochs=4, selfpu={"warmup_epochs": 1,
                                                        "self_paced_end": 2}))
+
+
+def test_metrics_csv_appends_rows_and_rewrites_only_for_new_columns_or_a_new_fit(
+        tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from adni_pu.pu import recorders
+
+    whole: list[int] = []
+    write = recorders.write_metrics_csv
+
+    def counted(history, path):
+        whole.append(len(history))
+        return write(history, path)
+
+    monkeypatch.setattr(recorders, "write_metrics_csv", counted)
+    path = tmp_path / "run" / "metrics.csv"
+    path.parent.mkdir()
+    trainer = SimpleNamespace(is_main=True, history=[])
+    rows = [{"epoch": 0, "phase": 1, "loss": 0.5}, {"epoch": 1, "phase": 1, "loss": 0.25},
+            {"epoch": 2, "phase": 2, "loss": 0.125, "trusted": 7},
+            {"epoch": 3, "phase": 3, "loss": 1 / 3}]
+
+    def expected(history) -> str:
+        write(history, tmp_path / "expected.csv")
+        return (tmp_path / "expected.csv").read_text()
+
+    recorder = recorders.MetricsCsv(path.parent)
+    recorder.fit_start(trainer)
+    for row in rows:
+        trainer.history.append(row)
+        recorder.epoch_end(trainer, row)
+        assert path.read_text() == expected(trainer.history)
+    assert whole == [1, 3]  # the first epoch and the one with a new column; the rest appended
+    assert read_metrics_csv(path)[3] == {"epoch": "3", "phase": "3", "loss": str(1 / 3),
+                                         "trusted": ""}
+
+    # A resume from the checkpoint of epoch 1: the file has later rows and a torn one.
+    with path.open("a") as handle:
+        handle.write("4,3,0.1")
+    trainer.history = rows[:2]
+    resumed = recorders.MetricsCsv(path.parent)
+    resumed.fit_start(trainer)
+    row = {"epoch": 2, "phase": 2, "loss": 0.2, "trusted": 9}
+    trainer.history = [*rows[:2], row]
+    resumed.epoch_end(trainer, row)
+    assert path.read_text() == expected(trainer.history)
+    assert [r["epoch"] for r in read_metrics_csv(path)] == ["0", "1", "2"]

@@ -115,11 +115,31 @@ class TensorBoard(FolderRecorder):
 
 
 class MetricsCsv(FolderRecorder):
-    """``metrics.csv``: the whole history, rewritten after every epoch."""
+    """``metrics.csv``: one row appended per epoch.
+
+    The file is written whole (atomically) at the first epoch of each fit and whenever a row
+    brings a column the header lacks (a new phase's metrics). The first write of a resumed
+    fit therefore drops the rows an interrupted run wrote after its last checkpoint, and a
+    row torn by a crash in mid-append. The file always equals :func:`write_metrics_csv` of
+    the history.
+    """
+
+    def __init__(self, run_dir: Path) -> None:
+        super().__init__(run_dir)
+        self.columns: list[str] | None = None
+
+    def fit_start(self, trainer: Any) -> None:
+        self.columns = None
 
     def epoch_end(self, trainer: Any, row: dict[str, Any]) -> None:
-        if trainer.is_main:
-            write_metrics_csv(trainer.history, self.run_dir / "metrics.csv")
+        if not trainer.is_main:
+            return
+        path = self.run_dir / "metrics.csv"
+        if self.columns is not None and set(row) <= set(self.columns) and path.is_file():
+            with path.open("a", newline="") as handle:
+                csv.DictWriter(handle, fieldnames=self.columns).writerow(row)
+        else:
+            self.columns = write_metrics_csv(trainer.history, path)
 
 
 class CheckpointSaver(FolderRecorder):
@@ -227,8 +247,9 @@ def seconds_by_phase(history: list[dict[str, Any]]) -> dict[str, dict[str, float
     return out
 
 
-def write_metrics_csv(history: list[dict[str, Any]], path: Path) -> None:
-    """One row per epoch, every key a column (atomic write)."""
+def write_metrics_csv(history: list[dict[str, Any]], path: Path) -> list[str]:
+    """One row per epoch, every key a column in order of first appearance (atomic write).
+    Returns the columns."""
     keys: list[str] = []
     for row in history:
         keys += [k for k in row if k not in keys]
@@ -237,6 +258,7 @@ def write_metrics_csv(history: list[dict[str, Any]], path: Path) -> None:
     writer.writeheader()
     writer.writerows(history)
     atomic_write_text(path, buffer.getvalue())
+    return keys
 
 
 NN_CORRECTION_SUFFIX = "/nn_correction"
