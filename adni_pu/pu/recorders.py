@@ -17,6 +17,7 @@ import csv
 import io
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -121,7 +122,8 @@ class MetricsCsv(FolderRecorder):
     brings a column the header lacks (a new phase's metrics). The first write of a resumed
     fit therefore drops the rows an interrupted run wrote after its last checkpoint, and a
     row torn by a crash in mid-append. The file always equals :func:`write_metrics_csv` of
-    the history.
+    the history. A row is appended with one ``write()``, so a killed process leaves it
+    whole or absent.
     """
 
     def __init__(self, run_dir: Path) -> None:
@@ -136,10 +138,17 @@ class MetricsCsv(FolderRecorder):
             return
         path = self.run_dir / "metrics.csv"
         if self.columns is not None and set(row) <= set(self.columns) and path.is_file():
-            with path.open("a", newline="") as handle:
-                csv.DictWriter(handle, fieldnames=self.columns).writerow(row)
-        else:
-            self.columns = write_metrics_csv(trainer.history, path)
+            line = io.StringIO()
+            csv.DictWriter(line, fieldnames=self.columns).writerow(row)
+            data = line.getvalue().encode()
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+            try:  # one write() call: a killed process leaves the row whole or absent
+                whole = os.write(fd, data) == len(data)
+            finally:
+                os.close(fd)
+            if whole:
+                return
+        self.columns = write_metrics_csv(trainer.history, path)  # also mends a short write
 
 
 class CheckpointSaver(FolderRecorder):
