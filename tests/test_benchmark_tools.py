@@ -27,8 +27,8 @@ def _metrics(path: Path, rows: list[dict[str, object]]) -> None:
 def test_read_jobs_parses_names_and_arguments(tmp_path: Path) -> None:
     jobs = tmp_path / "jobs.txt"
     jobs.write_text("# comment\n\na mnist --method nnpu --set 'x=1 2'  # tail\nb mnist\n")
-    assert parallel_runs.read_jobs(jobs) == [("a", ["mnist", "--method", "nnpu", "--set", "x=1 2"]),
-                                      ("b", ["mnist"])]
+    assert parallel_runs.read_jobs(jobs) == [
+        ("a", ["mnist", "--method", "nnpu", "--set", "x=1 2"]), ("b", ["mnist"])]
     jobs.write_text("a mnist\na mnist\n")
     with pytest.raises(SystemExit, match="repeat"):
         parallel_runs.read_jobs(jobs)
@@ -258,12 +258,12 @@ def test_selection_rules_only_choose_models_of_the_epochs_pool() -> None:
     rec, risk = _record(rows, {0: ["student1"], 1: ["teacher1"], 2: ["teacher1"]})
     assert rec.rows[selection_rules.rule_best_epoch(rec, risk)] == (0, "student1")
     assert rec.rows[selection_rules.rule_final(rec, risk)] == (2, "teacher1")
-    assert selection_rules._pool(["student1", "student2", "teacher1", "teacher2"]) == ["teacher1",
-                                                                             "teacher2"]
-    assert selection_rules._pool(["student1", "teacher1", "teacher2", "average"]) == ["teacher1",
-                                                                             "teacher2"]
+    assert selection_rules._pool(["student1", "student2", "teacher1", "teacher2"]) == [
+        "teacher1", "teacher2"]
+    assert selection_rules._pool(["student1", "teacher1", "teacher2", "average"]) == [
+        "teacher1", "teacher2"]
     assert selection_rules._pool(["student1", "teacher1", "teacher2", "average"],
-                       "average") == ["average"]
+                                 "average") == ["average"]
     assert selection_rules._pool(["model"]) == ["model"]
 
 
