@@ -12,8 +12,6 @@ import pytest
 
 from benchmarks import demo_seeds, demo_tune, paper_scale, parallel_runs, selection_rules, val_summary
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def _metrics(path: Path, rows: list[dict[str, object]]) -> None:
     path.mkdir(parents=True, exist_ok=True)
