@@ -96,16 +96,97 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     return value
 
 
+_RANGE = "adni_pu.range"
+
+
+@dataclasses.dataclass(frozen=True)
+class Range:
+    """The values a numeric setting may take: a lower and an upper bound, each optional and
+    each open (``>``, ``<``) or closed (``>=``, ``<=``)."""
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+
+    def __contains__(self, value: float) -> bool:
+        if value != value:  # NaN lies in no range
+            return False
+        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
+            return False
+        return not (self.high is not None
+                    and (value >= self.high if self.high_open else value > self.high))
+
+    def describe(self) -> str:
+        """``> 0``, ``>= 1``, ``in [0, 1)``, ``<= 1``."""
+        if self.low is not None and self.high is not None:
+            return (f"in {'(' if self.low_open else '['}{self.low:g}, "
+                    f"{self.high:g}{')' if self.high_open else ']'}")
+        if self.low is not None:
+            return f"{'>' if self.low_open else '>='} {self.low:g}"
+        return f"{'<' if self.high_open else '<='} {self.high:g}"
+
+
+def bounded(default: Any, *, gt: float | None = None, ge: float | None = None,
+            lt: float | None = None, le: float | None = None) -> Any:
+    """A dataclass field holding a number in a range (``gt``/``ge`` below, ``lt``/``le``
+    above); :func:`from_dict` and :func:`check_ranges` refuse a value outside it with one
+    line naming the setting, the range and the value (``None`` is left to the type)."""
+    rng = Range(gt if gt is not None else ge, lt if lt is not None else le,
+                gt is not None, lt is not None)
+    return dataclasses.field(default=default, metadata={_RANGE: rng})
+
+
+def range_problem(field: dataclasses.Field, value: Any, shown: Any = None) -> str | None:
+    """Why ``value`` is outside ``field``'s range (``expected ..., found <shown>``, by
+    default the value itself), or None."""
+    rng = field.metadata.get(_RANGE)
+    if rng is None or value is None or isinstance(value, bool) \
+            or not isinstance(value, (int, float)) or value in rng:
+        return None
+    kind = "an integer" if field.type in (int, "int") else "a number"
+    return f"expected {kind} {rng.describe()}, found {value if shown is None else shown!r}"
+
+
+def check_ranges(obj: Any) -> None:
+    """Refuse (``ConfigError``) the first field of settings ``obj`` outside its range; for
+    ``__post_init__``, so settings made directly are held to the ranges too
+    (``lr=-1: expected a number > 0, found -1``)."""
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        problem = range_problem(f, value)
+        if problem is not None:
+            raise ConfigError(f"{f.name}={value!r}: {problem}")
+
+
+def check_setting(cls: type, name: str, value: Any, where: str) -> Any:
+    """``value`` checked against the type and range of ``cls``'s setting ``name`` (for a
+    command-line option that replaces a setting, e.g. ``--bootstrap``); ``where`` names
+    the option in the error."""
+    field = next(f for f in dataclasses.fields(cls) if f.name == name)
+    value = _coerce(value, typing.get_type_hints(cls)[name], where)
+    problem = range_problem(field, value)
+    if problem is not None:
+        raise ConfigError(f"{where}: {problem}")
+    return value
+
+
 def from_dict(cls: type[T], data: dict[str, Any], where: str = "config") -> T:
-    """Build dataclass ``cls`` from a plain dict, refusing unknown keys and bad types."""
+    """Build dataclass ``cls`` from a plain dict, refusing unknown keys, bad types and
+    values outside a setting's range (:func:`bounded`)."""
     hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls) if f.init}
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    names = set(fields)
     unknown = sorted(set(data) - names)
     if unknown:
         raise ConfigError(
             f"{where}: unknown setting(s) {unknown}; expected some of {sorted(names)}"
         )
     kwargs = {k: _coerce(v, hints[k], f"{where}.{k}") for k, v in data.items()}
+    for k, v in kwargs.items():
+        problem = range_problem(fields[k], v, data[k])
+        if problem is not None:
+            raise ConfigError(f"{where}.{k}: {problem}")
     try:
         obj = cls(**kwargs)
     except (TypeError, ValueError) as exc:
@@ -175,17 +256,24 @@ def load(
             raise ConfigError(f"{path}: not valid TOML ({exc})") from exc
         deep_update(data, file_data)
     deep_update(data, _plain(values or {}))
+    base = copy.deepcopy(data)  # before the overrides, for the blame
     for text in overrides or []:
         keys, value = parse_override(text)
         merge(data, keys, value)
     try:
         return from_dict(cls, data, where)
     except ConfigError as exc:
-        raise _blame_override(exc, where, overrides or []) from exc
+        raise _blame_override(exc, where, overrides or [], cls, base) from exc
 
 
-def _blame_override(exc: ConfigError, where: str, overrides: list[str]) -> ConfigError:
-    """The error of a bad value, named by the ``--set`` that gave it (not the file)."""
+def _blame_override(exc: ConfigError, where: str, overrides: list[str], cls: type | None = None,
+                    base: dict[str, Any] | None = None) -> ConfigError:
+    """The error of a bad value, named by the ``--set`` that gave it (not the file).
+
+    An error that names the overridden setting is the override's. Otherwise (a check of
+    several settings together, e.g. ``prior`` in ``__post_init__``) the override found by
+    :func:`_culprit` is blamed; when the settings fail without any override, the file is.
+    """
     msg = str(exc)
     for text in reversed(overrides):
         keys = [k.strip() for k in text.split("=", 1)[0].strip().split(".")]
@@ -195,7 +283,46 @@ def _blame_override(exc: ConfigError, where: str, overrides: list[str]) -> Confi
             return ConfigError(f"--set {text.strip()}: {msg[len(head) + 1:].strip()}")
         if msg.startswith(parent + ": unknown setting") and repr(keys[-1]) in msg:
             return ConfigError(f"--set {text.strip()}: {msg[len(parent) + 1:].strip()}")
-    return exc
+    if cls is None or base is None or not overrides or _fails(cls, base, where):
+        return exc
+    culprit = _culprit(cls, base, where, overrides)
+    if culprit is None:
+        return exc
+    rest = msg[len(where):].lstrip(".:").strip() if msg.startswith(where) else msg
+    key = ".".join(parse_override(culprit)[0])
+    if rest.startswith(key + ":"):  # "--set prior=1.5: prior: ..." says it twice
+        rest = rest[len(key) + 1:].strip()
+    return ConfigError(f"--set {culprit.strip()}: {rest}")
+
+
+def _culprit(cls: type, base: dict[str, Any], where: str, overrides: list[str]) -> str | None:
+    """The override to blame when settings ``base`` pass and fail with ``overrides``: the
+    one whose removal alone makes them pass (overrides that only make sense together, such
+    as the lists of one schedule, are not blamed for each other), else the first that makes
+    them fail when added one at a time."""
+    def with_overrides(texts: list[str]) -> dict[str, Any]:
+        data = copy.deepcopy(base)
+        for text in texts:
+            keys, value = parse_override(text)
+            merge(data, keys, value)
+        return data
+
+    for i in reversed(range(len(overrides))):
+        if not _fails(cls, with_overrides(overrides[:i] + overrides[i + 1:]), where):
+            return overrides[i]
+    for i in range(len(overrides)):
+        if _fails(cls, with_overrides(overrides[:i + 1]), where):
+            return overrides[i]
+    return None
+
+
+def _fails(cls: type, data: dict[str, Any], where: str) -> bool:
+    """Whether settings ``data`` are refused (for :func:`_blame_override`)."""
+    try:
+        from_dict(cls, copy.deepcopy(data), where)
+    except ConfigError:
+        return True
+    return False
 
 
 def _plain(values: dict[str, Any]) -> dict[str, Any]:

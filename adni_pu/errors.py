@@ -14,6 +14,11 @@ class AdniPuError(Exception):
     """Base of every error a user's input, settings or files can cause."""
 
 
+class AdniPuWarning(UserWarning):
+    """Base of adni-pu's warnings about a user's input (used after a harmless repair); the
+    CLI prints each as one line, ``warning: <message>``."""
+
+
 # settings -----------------------------------------------------------------------------------
 class ConfigError(AdniPuError, ValueError):
     """A settings file, override or settings value that cannot be used."""
@@ -39,6 +44,14 @@ class ScanError(AdniPuError, ValueError):
 
 class OutputError(AdniPuError, ValueError):
     """The output path cannot be used as the output folder."""
+
+
+class OutputLockedError(AdniPuError, RuntimeError):
+    """Another process is writing the same output folder (:mod:`adni_pu.locking`)."""
+
+
+class DeviceError(AdniPuError, RuntimeError):
+    """A ``--device`` / ``train.device`` that is not a device name, or not on this machine."""
 
 
 class ShardMergeError(AdniPuError, ValueError):

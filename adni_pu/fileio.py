@@ -15,21 +15,83 @@ from pathlib import Path
 from typing import Any
 
 
+def current_umask() -> int:
+    """The process's umask, read without changing it: ``os.umask`` can only be read by
+    setting it, which races with other threads creating files. Linux reports it in
+    /proc/self/status; elsewhere the value read once at import is used."""
+    umask = _proc_umask()
+    return _UMASK_AT_IMPORT if umask is None else umask
+
+
+def _proc_umask() -> int | None:
+    try:
+        with open("/proc/self/status", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _umask_at_import() -> int:
+    umask = _proc_umask()
+    if umask is None:  # set and restore, at import, before any thread of ours writes
+        umask = os.umask(0o022)
+        os.umask(umask)
+    return umask
+
+
+_UMASK_AT_IMPORT = _umask_at_import()
+
+
+def new_file_mode() -> int:
+    """The mode ``open()`` gives a new file: 0o666 less the umask (0o644 under 022, 0o664
+    under 002), so colleagues sharing a lab folder can read what adni-pu writes."""
+    return 0o666 & ~current_umask()
+
+
 def temporary_beside(path: Path) -> Path:
-    """A new, empty temporary file in ``path``'s folder (created with its parents)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
+    """A new, empty temporary file in ``path``'s folder (created with its parents), with the
+    mode of a newly created file (``mkstemp`` alone makes it 0600, and the rename keeps
+    that). An error names ``path``, not the temporary name."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise naming(exc, path) from exc
+    try:
+        os.fchmod(fd, new_file_mode())
+    except OSError:
+        pass  # a file system without modes (some network or FAT mounts) keeps its own
+    finally:
+        os.close(fd)
     return Path(tmp)
 
 
+def naming(exc: OSError, path: Path, tmp: Path | None = None) -> OSError:
+    """``exc`` naming ``path`` (the target), for an error that names no file, or the
+    temporary file it was written through, or a temporary name of ``temporary_beside``
+    (full disk, read-only folder): the command line prints it as ``error: <path>: <why>``."""
+    name = exc.filename
+    hidden = name is not None and Path(os.fsdecode(name)).name.startswith(f".{path.name}.")
+    if name is not None and not hidden and (tmp is None or Path(os.fsdecode(name)) != tmp):
+        return exc
+    return OSError(exc.errno, exc.strerror or str(exc), str(path))
+
+
 def atomic_write(path: str | Path, writer: Callable[[Path], None]) -> Path:
-    """Call ``writer(tmp)`` on a temporary file beside ``path``, then rename it to ``path``."""
+    """Call ``writer(tmp)`` on a temporary file beside ``path``, then rename it to ``path``.
+
+    An ``OSError`` (a full disk, a read-only folder) names ``path``."""
     path = Path(path)
     tmp = temporary_beside(path)
     try:
         writer(tmp)
         os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise naming(exc, path, tmp) from exc
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -52,6 +114,9 @@ def write_temporary(path: Path, data: bytes) -> Path:
         with tmp.open("wb") as handle:
             handle.write(data)
             handle.flush()
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise naming(exc, path, tmp) from exc
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -59,10 +124,41 @@ def write_temporary(path: Path, data: bytes) -> Path:
 
 
 def atomic_torch_save(obj: Any, path: str | Path) -> Path:
-    """``torch.save(obj, path)`` atomically (checkpoints, selected models)."""
+    """``torch.save(obj, path)`` atomically (checkpoints, selected models).
+
+    ``torch.save`` reports a failed write (a full disk) as a ``RuntimeError`` from its zip
+    writer; that becomes an :class:`~adni_pu.errors.OutputError` naming ``path`` and the
+    space left on its file system.
+    """
     import torch
 
-    return atomic_write(path, lambda tmp: torch.save(obj, tmp))
+    def save(tmp: Path) -> None:
+        try:
+            torch.save(obj, tmp)
+        except RuntimeError as exc:
+            from adni_pu.errors import OutputError
+
+            reason = " ".join(str(exc).split())[-160:]
+            raise OutputError(f"{path}: cannot write the file ({reason}); "
+                              f"{_free_space(Path(path).parent)}") from exc
+
+    return atomic_write(path, save)
+
+
+def _free_space(folder: Path) -> str:
+    """``"148.0 KiB free on its file system (...)"`` (or that it is unknown)."""
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return "free space on its file system unknown"
+    left = float(st.f_bavail * st.f_frsize)
+    size, unit = left, "B"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            break
+        size /= 1024
+    full = " (the disk is full or nearly so)" if left < 64 * 1024 * 1024 else ""
+    return f"{size:.1f} {unit} free on its file system{full}"
 
 
 def file_digest(path: str | Path, algorithm: str = "sha256") -> str:

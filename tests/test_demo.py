@@ -80,7 +80,7 @@ def test_reduced_demo_runs_end_to_end_and_resumes(tmp_path):
 
     # the same folder with another cohort size is refused, not mixed
     other = CliRunner().invoke(app, ["demo", "--subjects", "13", "--folds", "2",
-                                     "--out", str(out)])
+                                     "--set", args[10], "--out", str(out)])
     assert other.exit_code == 2 and "choose another --out" in other.output
 
 
@@ -116,7 +116,8 @@ def test_folds_without_a_labelled_positive_are_refused_before_training(tmp_path)
                           "split": ["train", "val", "test", "train"]})
     path = tmp_path / "fold0" / "manifest.csv"
     path.parent.mkdir()
-    frame.assign(session_id="bl", scan_path="x", truth=1, fold=0).to_csv(path, index=False)
+    frame.assign(session_id="bl", scan_path=frame["subject_id"] + ".nii", truth=1,
+                 fold=0).to_csv(path, index=False)
     with pytest.raises(ConfigError, match="fold 1's val split has no labelled positive .the "
                                           "cohort has 1 labelled positives"):
         check_folds([path])

@@ -69,19 +69,21 @@ def test_deepbet_size_at_its_default_keeps_earlier_settings_hashes() -> None:
     from adni_pu import config as cfgmod
     from adni_pu.preprocessing.config import ADDED_LATER, PIPELINE_VERSION
 
-    def recipe(cfg, drop_qc: tuple[str, ...] = ()) -> str:  # settings_hash, step by step
+    def recipe(cfg, drop_qc: tuple[str, ...] = (), version: str = PIPELINE_VERSION) -> str:
+        # settings_hash, step by step
         data = cfgmod.to_dict(cfg)
         for key in ("runner", "discovery"):
             data.pop(key)
         for key in drop_qc:
             data["qc"].pop(key)
         cfgmod.drop_added_later(data, ADDED_LATER)
-        data["pipeline_version"] = PIPELINE_VERSION
+        data["pipeline_version"] = version
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
     assert recipe(default) == settings_hash(default)
     before = load_config(None, ["qc.max_mask_edge_contrast=0.72", "qc.max_registration_gain=0.02"])
-    assert recipe(before, ("min_mask_edge_offset_mm", "max_mask_edge_offset_mm")) == \
+    # (pipeline version 1: issue 37 measured intensities from the air's level, version 2)
+    assert recipe(before, ("min_mask_edge_offset_mm", "max_mask_edge_offset_mm"), "1") == \
         "dbe33973b7e3f41c"
     assert settings_hash(default) != "dbe33973b7e3f41c"
     assert settings_hash(load_config(None, ["skullstrip.deepbet_size=192"])) != settings_hash(default)

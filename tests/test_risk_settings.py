@@ -203,7 +203,8 @@ def test_positive_share_with_distributed_sharding(tiny_pu):
 def test_positive_share_is_checked():
     from adni_pu.config import ConfigError
 
-    with pytest.raises(ConfigError, match="positive_share=1.0"):
+    with pytest.raises(ConfigError, match=r"positive_share: expected a number in \[0, 1\), "
+                                          "found 1.0"):
         tiny_config(positive_share=1.0)
     with pytest.raises(ConfigError, match="at least one labelled positive"):
         tiny_config(positive_share=0.001, batch_size=32)

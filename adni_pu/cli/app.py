@@ -11,36 +11,95 @@ Conventions of every command (docs/interfaces.md, "Command line"):
 - Help text is plain (no Rich markup), so ``[train]`` or ``<date>`` print as written.
 - Errors: every library error a user can cause derives from :class:`adni_pu.errors.AdniPuError`;
   :class:`_App` catches that base once, prints ``error: <message>`` and exits with status 2.
-  So it does with an ``OSError`` that names a path (a read-only folder, a full disk).
-  Anything else is a bug and shows its traceback.
+  So it does with an ``OSError`` that names a path (a read-only folder, a full disk), or
+  that names none but is a full disk or a failing device. Ctrl-C prints one line saying
+  what is kept and how to continue, and exits 130. Anything else is a bug and shows its
+  traceback.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import importlib
-from typing import Annotated
+from collections.abc import Iterator
+from typing import Annotated, TextIO
 
 import typer
 from typer.core import TyperGroup
 
-from adni_pu.errors import AdniPuError  # light: the error family imports nothing
+from adni_pu.errors import AdniPuError, AdniPuWarning  # light: the family imports nothing
+
+#: Errors of the system, not of adni-pu, that may come without a file name (a write deep
+#: inside a library): one line too, since no traceback helps with a full disk.
+_SYSTEM_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EFBIG})
+
+#: What Ctrl-C leaves behind, by command (one that gives no hint of its own).
+_INTERRUPTED = {
+    "train": "the run folder keeps the checkpoint of its last finished epoch; run the same "
+             "command again to resume from it",
+    "benchmark": "seeds with a result.json are kept and the current seed's checkpoint of its "
+                 "last finished epoch; run the same command again to continue",
+    "demo": "the stages already finished are kept; run the same command again to continue "
+            "from them",
+    "preprocess": "scans already finished are kept; run the same command again to process "
+                  "the rest",
+}
+_INTERRUPTED_DEFAULT = ("every file is written whole or not at all, so nothing is left "
+                        "half-written; run the command again")
+
+
+@contextlib.contextmanager
+def _warnings_as_lines() -> Iterator[None]:
+    """While a command runs, adni-pu's own warnings (:class:`AdniPuWarning`, e.g. a
+    manifest's repaired split name) print as one line ``warning: <message>`` on stderr,
+    not in Python's format with a source path; other warnings print as before."""
+    import warnings
+
+    before = warnings.showwarning
+
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+             file: TextIO | None = None, line: str | None = None) -> None:
+        if issubclass(category, AdniPuWarning):
+            typer.echo(f"warning: {message}", err=True)
+        else:
+            before(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = before
 
 
 class _App(TyperGroup):
-    """The top-level command group: turns an :class:`AdniPuError` into one line and exit 2."""
+    """The top-level command group: turns an :class:`AdniPuError`, an ``OSError`` about a
+    file or a full disk, and Ctrl-C into one line (exit 2; 130 for Ctrl-C)."""
 
     def invoke(self, ctx: typer.Context) -> object:
         try:
-            return super().invoke(ctx)
+            with _warnings_as_lines():
+                return super().invoke(ctx)
         except AdniPuError as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from exc
         except OSError as exc:
-            if exc.filename is None:  # not about a path the user named: a bug, shown whole
+            if exc.filename is not None:
+                # a file the system refused (read-only, full disk, gone): the user's to fix
+                typer.echo(f"error: {exc.filename}: {exc.strerror or exc}", err=True)
+            elif exc.errno in _SYSTEM_ERRNOS:
+                typer.echo(f"error: a write failed: {exc.strerror or exc} (errno "
+                           f"{errno.errorcode.get(exc.errno, exc.errno)}); free some space "
+                           "or choose another output folder, then run the command again",
+                           err=True)
+            else:  # not about a path the user named: a bug, shown whole
                 raise
-            # a file the system refused (read-only, full disk, gone): the user's to fix
-            typer.echo(f"error: {exc.filename}: {exc.strerror or exc}", err=True)
             raise typer.Exit(2) from exc
+        except KeyboardInterrupt as exc:  # Ctrl-C: say what is kept and how to go on
+            hint = getattr(exc, "hint", None) or _INTERRUPTED.get(
+                ctx.invoked_subcommand or "", _INTERRUPTED_DEFAULT)
+            typer.echo(f"\ninterrupted by the user (Ctrl-C); {hint}", err=True)
+            raise typer.Exit(130) from None
 
 
 app = typer.Typer(
@@ -55,7 +114,7 @@ app = typer.Typer(
 )
 
 _VERBS: tuple[str, ...] = ("benchmark", "preprocess", "qc", "cohort", "train", "evaluate",
-                           "predict", "demo")
+                           "predict", "interpret", "demo")
 
 
 def package_version() -> str:

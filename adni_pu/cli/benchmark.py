@@ -7,7 +7,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from adni_pu.cli.common import sets_option
+from adni_pu.cli.common import Device, sets_option
 
 bench_app = typer.Typer(help="Reproduce the paper's MNIST / CIFAR-10 PU benchmarks.",
                         no_args_is_help=True)
@@ -79,7 +79,7 @@ def _command(dataset: str):  # noqa: ANN202 - typer reads the signature
         results_json: Annotated[Optional[Path], typer.Option(  # noqa: UP045
             show_default="none", help="also write the results JSON here")] = None,
         threads: Annotated[int, typer.Option(help="torch CPU threads (0: default)")] = 0,
-        device: Annotated[str, typer.Option(help="auto, cpu or cuda")] = "auto",
+        device: Device = "auto",
         train_limit: Annotated[Optional[int], typer.Option(  # noqa: UP045
             show_default="all", help="keep a seeded subset of the training split (smoke runs)")
         ] = None,

@@ -66,8 +66,10 @@ def build(
     _echo_issues(cohort.quality, paths)
     typer.echo(f"manifest: {paths['manifest']}")
     typer.echo(f"report: {paths['report']}")
+    from shlex import quote  # a pasted-back path with a space or quote still works
+
     typer.echo(f"next: read {paths['report'].name}, then adni-pu train "
-               f"{paths['manifest']} runs/selfpu")
+               f"{quote(str(paths['manifest']))} runs/selfpu")
 
 
 #: How many data-quality issues `cohort build` prints (the rest are in the report).

@@ -9,7 +9,20 @@ import typer
 
 # the --set example of the commands that take volume-training settings (train, demo)
 SETS_EXAMPLE = "train.epochs=20 --set prior=0.45"
-Device = Annotated[str, typer.Option(help="auto, cpu or cuda")]
+
+
+def check_device(value: str) -> str:
+    """``--device``'s check, before the command starts: a name that is not a device, or
+    CUDA on a machine without it, is one line (:class:`adni_pu.errors.DeviceError`)."""
+    if value not in ("auto", "cpu"):
+        from adni_pu.pu.device_data import resolve_device  # torch: only for a real check
+
+        resolve_device(value, "--device")
+    return value
+
+
+Device = Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N",
+                                     callback=check_device)]
 
 
 def sets_option(example: str) -> Any:

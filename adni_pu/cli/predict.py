@@ -24,18 +24,25 @@ def predict(
         help="where raw scans are preprocessed")] = None,
     device: Device = "auto",
 ) -> None:
-    """Per-scan probability of amyloid positivity from the run's selected model."""
+    """Per-scan probability of amyloid positivity from the run's selected model.
+
+    A scan that cannot be scored (missing, unreadable, failed preprocessing, or refused by
+    the model-grid input check: not one 3D grid volume, NaN/inf voxels, constant) gets one
+    line with its reason and no probability; the others are still scored, and the exit
+    status is 1.
+    """
     from adni_pu.workflows.predict import predict_scans
 
     table = predict_scans(run, scans, out, work_dir, device)
-    for row in table.itertuples():
-        if row.model_input:
-            typer.echo(f"{row.scan}\t{row.probability:.4f}\t{row.prediction}\t({row.status})")
-        else:
+    failed = table["prediction"] == ""
+    for row, bad in zip(table.itertuples(), failed):
+        if bad:
             typer.echo(f"{row.scan}\t-\t{row.status}: {row.error}")
+        else:
+            typer.echo(f"{row.scan}\t{row.probability:.4f}\t{row.prediction}\t({row.status})")
     if out is not None:
         typer.echo(f"predictions: {out}")
-    if (table["model_input"] == "").any():
+    if failed.any():
         raise typer.Exit(1)
 
 

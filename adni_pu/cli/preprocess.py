@@ -14,9 +14,14 @@ from adni_pu.cli.common import sets_option
 
 
 def next_steps(output: Path) -> str:
-    """What to run after ``preprocess``: look at the QC, then build the cohort."""
-    return (f"next: adni-pu qc {output}   (contact sheet of the QC pictures, outliers first)\n"
-            f"      adni-pu cohort build ADNIMERGE.csv {output / 'summary.csv'} COHORT_DIR")
+    """What to run after ``preprocess``: look at the QC, then build the cohort (paths
+    quoted for the shell, so a line pasted back works whatever the path holds)."""
+    from shlex import quote
+
+    return (f"next: adni-pu qc {quote(str(output))}   (contact sheet of the QC pictures, "
+            "outliers first)\n"
+            f"      adni-pu cohort build ADNIMERGE.csv {quote(str(output / 'summary.csv'))} "
+            "COHORT_DIR")
 
 
 def preprocess(

@@ -21,6 +21,7 @@ from adni_pu.cohort.config import (
     SplitSettings,
     load_cohort_config,
 )
+from adni_pu.cohort.leakage import check_manifest_leakage
 from adni_pu.cohort.manifest import (
     MANIFEST_COLUMNS,
     Cohort,
@@ -56,8 +57,8 @@ __all__ = [
     "PRESET_DESCRIPTIONS", "Cohort", "CohortConfig", "CohortInputError", "Issue",
     "LabelSettings", "LeakageError", "MatchingSettings", "QualityReport", "SplitSettings",
     "SuvrError", "assert_manifest_no_leakage", "assert_no_leakage", "assign_splits",
-    "build_cohort", "check_manifest_splits", "class_prior_table", "compute_suvr",
-    "counts_table", "kfold", "load_amyloid_tables", "load_cohort_config",
+    "build_cohort", "check_manifest_leakage", "check_manifest_splits", "class_prior_table",
+    "compute_suvr", "counts_table", "kfold", "load_amyloid_tables", "load_cohort_config",
     "normalise_diagnosis", "normalise_subject_id", "normalise_visit", "read_amyloid_table",
     "read_manifest", "render_report", "report_from_path", "suvr_table", "write_cohort",
     "write_manifest",

@@ -28,15 +28,17 @@ from adni_pu.cohort.amyloid import (
 from adni_pu.cohort.amyloid_rules import MeasureRule
 from adni_pu.cohort.config import CohortConfig, load_cohort_config
 from adni_pu.cohort.labels import label_subjects
+from adni_pu.cohort.leakage import check_manifest_leakage
 from adni_pu.cohort.manifest_check import validate_manifest
 from adni_pu.cohort.matching import attach_visits, clinical_measures, match_amyloid, match_visits
 from adni_pu.cohort.quality import QualityReport
 from adni_pu.cohort.report import HISTOGRAM_NAME, REPORT_NAME, class_prior_table, render_report
-from adni_pu.cohort.splits import assign_splits, check_manifest_splits
-from adni_pu.cohort.tables import _missing, apply, is_rid, load_clinical, load_scans
+from adni_pu.cohort.splits import assign_splits
+from adni_pu.cohort.tables import _missing, apply, is_rid, load_clinical, load_scans, usable_id
 from adni_pu.errors import CohortInputError, OutputError
 from adni_pu.fileio import atomic_write, atomic_write_text, same_file_as, sha256_file
 from adni_pu.fileio import check_out_dir as _check_out_dir
+from adni_pu.locking import holding_output_lock
 
 #: Manifest columns, in order (docs/cohort.md describes each).
 MANIFEST_COLUMNS: tuple[str, ...] = (
@@ -146,6 +148,16 @@ def build_cohort(
                     f"status {value}", severity="info")
     exclude(scan_table["subject_id"].isna(), "scan_without_subject",
             "scans with no subject id", "no subject id")
+    # ids become file names (scan_id): a path such as ../../x is left out, and said
+    for column, what, allowed in (
+            ("subject_id", "subject id", "letters, digits, '_', '-' and '.', not starting with "
+             "'.' or '-'; an ADNI PTID is NNN_S_NNNN"),
+            ("session_id", "session", "no path separator, no leading '.'")):
+        odd = ~scan_table[column].map(lambda v, strict=column == "subject_id": usable_id(
+            None if _missing(v) else v, strict))
+        exclude(odd.astype(bool), "scan_unusable_id",
+                f"scans whose {what} is not an id (expected {allowed})",
+                f"{what} is not an id (a path or odd characters)", severity="error")
     missing_path = apply(scan_table["scan_path"], _missing).astype(bool)
     exclude(missing_path, "scan_without_path", "scans with no file path", "no scan path")
     known = set(visits["subject_id"])
@@ -278,7 +290,7 @@ def build_cohort(
     manifest = _assemble(scan_table, included)
     if cfg.output.scan_paths != "as-given":
         manifest["scan_path"] = [_absolute(p, scan_base) for p in manifest["scan_path"]]
-    check_manifest_splits(manifest)
+    check_manifest_leakage(manifest, scan_base)  # a scan file under two subjects, too
 
     excluded_frame = (pd.concat(excluded, ignore_index=True) if excluded
                       else pd.DataFrame(columns=list(EXCLUDED_COLUMNS)))
@@ -405,6 +417,7 @@ def _inputs_of(cohort: Cohort) -> dict[str, str | Path | None]:
     return found
 
 
+@holding_output_lock("cohort build", "out_dir")  # one writer per folder (adni_pu.locking)
 def write_cohort(cohort: Cohort, out_dir: str | Path, render: bool = True,
                  inputs: dict[str, str | Path | None] | None = None) -> dict[str, Path]:
     """Write the manifest, subject table, exclusions, quality issues, settings and report.

@@ -10,6 +10,7 @@ split (case, surrounding spaces), with a :class:`ManifestWarning`.
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from adni_pu.errors import ManifestError
+from adni_pu.errors import AdniPuWarning, ManifestError
 
 #: Columns every manifest needs (training, evaluation and the report read them).
 REQUIRED_COLUMNS: tuple[str, ...] = ("subject_id", "scan_path", "pu_label", "truth", "split")
@@ -26,7 +27,7 @@ SPLITS: tuple[str, ...] = ("train", "val", "test")
 _SHOWN = 5
 
 
-class ManifestWarning(UserWarning):
+class ManifestWarning(AdniPuWarning):
     """A manifest value that was read after a harmless repair (e.g. ``"Train "`` -> ``"train"``)."""
 
 
@@ -84,9 +85,11 @@ def validate_manifest(frame: pd.DataFrame, path: str | Path) -> pd.DataFrame:
 
     Required columns (``REQUIRED_COLUMNS``); a subject id and a scan path on every row;
     ``pu_label`` 0 or 1 on every row; ``truth`` and ``hidden_positive`` 0, 1 or empty;
-    ``fold`` a whole number >= -1 or empty; ``split`` one of ``train``, ``val``, ``test``.
-    A split written in another case or with spaces around it is repaired, with a
-    :class:`ManifestWarning`; any other value raises :class:`ManifestError`.
+    ``fold`` a whole number >= -1 or empty; ``split`` one of ``train``, ``val``, ``test``;
+    no row given twice and no scan on two rows; one ``pu_label``, ``truth`` and
+    ``hidden_positive`` per subject (ids compared in canonical form). A split written in
+    another case or with spaces around it is repaired, with a :class:`ManifestWarning`;
+    any other value raises :class:`ManifestError`.
     """
     path = Path(path)
     csv = path.suffix != ".parquet"
@@ -107,7 +110,65 @@ def validate_manifest(frame: pd.DataFrame, path: str | Path) -> pd.DataFrame:
     if "fold" in frame:
         _refuse(path, frame, "fold", ~_number_ok(frame["fold"], _fold, True),
                 "a whole number from -1 (no fold) up, or empty", csv)
+    _refuse_repeats(frame, path, csv)
+    _refuse_contradictions(frame, path, csv)
     return _repair_splits(frame, path, csv)
+
+
+#: The per-subject columns: one value for all of a subject's rows.
+SUBJECT_COLUMNS: tuple[str, ...] = ("pu_label", "truth", "hidden_positive")
+
+
+def _refuse_repeats(frame: pd.DataFrame, path: Path, csv: bool) -> None:
+    """Refuse a row given twice, or one scan file on two rows: either counts that scan
+    twice (twice the weight in training, twice in the metrics) without a word."""
+    text = frame.astype("string").fillna("")
+    same = text.duplicated(keep=False)
+    if same.any():
+        first = text[same].groupby(list(text.columns), sort=False).groups
+        groups = [list(index) for index in first.values()]
+        shown = "; ".join(_where(frame, g, csv) for g in groups[:_SHOWN])
+        raise ManifestError(
+            f"manifest {path}: the same row is given more than once ({shown}); a repeated "
+            "row would count its scan twice in training and in the metrics. Keep one of each")
+    scans = frame["scan_path"].map(lambda v: os.path.normpath(_text(v) or ""))
+    twice = scans.duplicated(keep=False)
+    if twice.any():
+        groups = [list(g.index) for _, g in scans[twice].groupby(scans[twice], sort=False)]
+        shown = "; ".join(f"{scans[g[0]]} on {_where(frame, g, csv)}" for g in groups[:_SHOWN])
+        raise ManifestError(
+            f"manifest {path}: column scan_path: expected each scan once; found the same "
+            f"scan on several rows ({shown}). Keep one row per scan")
+
+
+def _refuse_contradictions(frame: pd.DataFrame, path: Path, csv: bool) -> None:
+    """Refuse a subject (by canonical id: ``002_S_0004`` = ``sub-ADNI002S0004``) whose
+    rows disagree on a per-subject label (:data:`SUBJECT_COLUMNS`; an empty truth is not
+    a disagreement): which one training used would depend on the row order."""
+    from adni_pu.cohort.tables import normalise_subject_id
+
+    subject = frame["subject_id"].map(lambda v: normalise_subject_id(v) or "")
+    for column in SUBJECT_COLUMNS:
+        if column not in frame:
+            continue
+        values = pd.to_numeric(frame[column].map(_text), errors="coerce")
+        known = values.notna()
+        per = values[known].groupby(subject[known]).nunique()
+        bad = list(per.index[per > 1])
+        if not bad:
+            continue
+        parts = []
+        for sid in bad[:_SHOWN]:
+            rows = frame.index[(subject == sid) & known]
+            said = [f"{values[i]:g} on {_where(frame, [i], csv)}"
+                    + ("" if str(frame.at[i, "subject_id"]).strip() == sid
+                       else f" (as {frame.at[i, 'subject_id']!r})") for i in rows[:_SHOWN]]
+            parts.append(f"subject {sid}: " + ", ".join(said))
+        more = f" (and {len(bad) - _SHOWN} more subjects)" if len(bad) > _SHOWN else ""
+        raise ManifestError(
+            f"manifest {path}: column {column}: expected one value per subject (it labels "
+            f"the subject, not the scan); found {'; '.join(parts)}{more}. Fix or remove the "
+            "rows that are wrong")
 
 
 def _repair_splits(frame: pd.DataFrame, path: Path, csv: bool) -> pd.DataFrame:

@@ -1,4 +1,5 @@
-"""Subject-level splits (train/validation/test and k folds) and the leakage guard.
+"""Subject-level splits (train/validation/test and k folds); the leakage guard is
+:mod:`adni_pu.cohort.leakage`.
 
 Every visit of a subject stays in the subject's split. Subjects are ordered stratum by
 stratum (pu_label x truth) and, inside a stratum, by sex and age when balancing is on;
@@ -9,68 +10,20 @@ the allocation inside short windows makes it random; the seed fixes it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 import numpy as np
 import pandas as pd
 
 from adni_pu.cohort.config import SplitSettings
-from adni_pu.errors import LeakageError
+
+# The leakage guard lives in adni_pu.cohort.leakage; its names stay importable from here.
+from adni_pu.cohort.leakage import (  # noqa: F401
+    assert_manifest_no_leakage,
+    assert_no_leakage,
+    check_manifest_splits,
+)
+from adni_pu.errors import LeakageError  # noqa: F401
 
 SPLITS = ("train", "val", "test")
-
-
-def _ids(subjects: Iterable[object]) -> set[str]:
-    from adni_pu.cohort.tables import normalise_subject_id
-
-    out = set()
-    for s in subjects:
-        norm = normalise_subject_id(s)
-        if norm is not None:
-            out.add(norm)
-    return out
-
-
-def assert_no_leakage(
-    train_subjects: Iterable[object],
-    eval_subjects: Iterable[object],
-    what: str = "evaluation",
-    seen_in: str = "training",
-    advice: str = "Splits must be by subject; rebuild the cohort or remove these subjects.",
-) -> None:
-    """Refuse to evaluate on a subject seen in training (or, per ``seen_in``, in selection).
-
-    Ids are compared after normalisation, so ``sub-ADNI011S0002`` and ``011_S_0002`` are
-    the same subject. Raises :class:`LeakageError` listing every shared subject, saying
-    where they were seen (``seen_in``) and what to do (``advice``).
-    """
-    shared = sorted(_ids(train_subjects) & _ids(eval_subjects))
-    if shared:
-        shown = ", ".join(shared[:20]) + (f" ... ({len(shared) - 20} more)" if len(shared) > 20 else "")
-        raise LeakageError(
-            f"data leakage: {len(shared)} {what} subject(s) were also in {seen_in}: {shown}. "
-            f"{advice}"
-        )
-
-
-def check_manifest_splits(manifest: pd.DataFrame) -> None:
-    """Raise :class:`LeakageError` if a subject's scans sit in more than one split."""
-    per = manifest.groupby("subject_id")["split"].nunique()
-    bad = per[per > 1]
-    if len(bad):
-        examples = [f"{s}: {sorted(manifest.loc[manifest['subject_id'] == s, 'split'].unique())}"
-                    for s in bad.index[:10]]
-        raise LeakageError(
-            f"data leakage: {len(bad)} subject(s) have scans in more than one split: "
-            + "; ".join(examples))
-
-
-def assert_manifest_no_leakage(manifest: pd.DataFrame, eval_split: str = "test") -> None:
-    """The guard on a manifest: no subject in two splits, none of ``eval_split`` in train."""
-    check_manifest_splits(manifest)
-    assert_no_leakage(manifest.loc[manifest["split"] == "train", "subject_id"],
-                      manifest.loc[manifest["split"] == eval_split, "subject_id"],
-                      what=eval_split)
 
 
 def strata(subjects: pd.DataFrame) -> pd.Series:

@@ -59,6 +59,20 @@ def normalise_subject_id(value: Any) -> str | None:
     return text or None
 
 
+_USABLE_ID = re.compile(r"^\w[\w.-]*$")
+_NO_PATH = re.compile(r"^[^/\\.\x00-\x1f][^/\\\x00-\x1f]*$")
+
+
+def usable_id(value: str | None, strict: bool = True) -> bool:
+    """Whether a normalised subject (``strict``) or session id can be part of a file name
+    (``scan_id`` ``sub-<subject>_ses-<session>``). A subject id holds letters, digits,
+    ``_``, ``-`` and ``.``, starting with a letter, digit or ``_``: ``../../x`` and
+    ``/etc/x`` are not ids (an ADNI PTID is ``NNN_S_NNNN``). A session only may not hold a
+    path separator or a control character, nor start with a dot. None (no id) is left to
+    the missing-id checks."""
+    return value is None or bool((_USABLE_ID if strict else _NO_PATH).match(str(value)))
+
+
 def is_rid(subject_id: str | None) -> bool:
     """Whether a normalised subject id is a bare ADNI RID (digits only)."""
     return bool(subject_id) and str(subject_id).isdigit()

@@ -3,11 +3,12 @@
 Two stages:
 
 1. Deterministic, cached (MONAI ``CacheDataset`` in memory or ``PersistentDataset`` on
-   disk): load the preprocessed model-grid volume, reorient to RAS, check the grid, take
-   the 104 x 128 x 112 centre crop, normalise intensities, cut the left and right
-   hippocampus boxes (with a margin for translation augmentation) and resize the whole
-   crop to 50^3. What is cached is small (about 1 MB per scan), so an epoch is not bound
-   by disk or by the loading transforms.
+   disk): load the preprocessed model-grid volume with the one model-grid input check
+   (:mod:`adni_pu.data.grid_check`: its header before, its intensities after), reorient
+   to RAS, check the grid, take the 104 x 128 x 112 centre crop, normalise intensities,
+   cut the left and right hippocampus boxes (with a margin for translation augmentation)
+   and resize the whole crop to 50^3. What is cached is small (about 1 MB per scan), so an
+   epoch is not bound by disk or by the loading transforms.
 2. Per item (training only random): small affine changes per branch, a random box
    position inside the margin, a left-right flip that also swaps the two hippocampus
    inputs (a mirrored right hippocampus looks like a left one), intensity scale/shift.
@@ -34,6 +35,7 @@ import torch
 from torch.utils.data import Dataset
 
 from adni_pu import atlas
+from adni_pu.data import grid_check
 from adni_pu.errors import ConfigError, ManifestError
 from adni_pu.fileio import atomic_write_text
 
@@ -271,8 +273,13 @@ def _deterministic_transforms(cfg: VolumeDataConfig):
         warnings.filterwarnings("ignore", message="NvImgCodecPydicomReader")
         load = LoadImaged(keys="brain", reader="NibabelReader", image_only=True,
                           ensure_channel_first=True, dtype=np.float32)
+    # the one model-grid input check (adni_pu.data.grid_check): the header before reading,
+    # the intensities after
     steps: list[Any] = [
+        Lambdad(keys="brain", func=grid_check.header_step(
+            cfg.grid_shape if cfg.check_grid else None)),
         load,
+        Lambdad(keys="brain", func=grid_check.check_content),
         Orientationd(keys="brain", axcodes="RAS", labels=(("L", "R"), ("P", "A"), ("I", "S"))),
     ]
     if cfg.check_grid:
@@ -309,7 +316,9 @@ def _digest(cfg: VolumeDataConfig) -> str:
     """Hash of the settings that change the cached stage (part of the disk-cache key)."""
     keys = ("grid_shape", "grid_spacing", "crop_shape", "crop_start", "brain_size",
             "hipp_size", "hipp_margin", "normalization", "check_grid")
-    text = json.dumps({k: str(getattr(cfg, k)) for k in keys}, sort_keys=True)
+    record = {k: str(getattr(cfg, k)) for k in keys}
+    record["input_check"] = grid_check.CHECKS  # items cached before a check was added: redone
+    text = json.dumps(record, sort_keys=True)
     return hashlib.sha1(text.encode()).hexdigest()[:16]
 
 
@@ -480,8 +489,8 @@ def build_volume_dataset(manifest: Any, split: str, config: VolumeDataConfig | N
         if not path.is_absolute():
             path = base / path
         if not path.is_file():
-            raise ManifestError(f"{row['subject_id']} {row['session_id']}: scan {path} "
-                                    "not found")
+            why = "is a folder, expected a NIfTI file" if path.is_dir() else "not found"
+            raise ManifestError(f"{row['subject_id']} {row['session_id']}: scan {path} {why}")
         stat = path.stat()
         truth = row["truth"]
         truth = None if pd.isna(truth) or str(truth).strip() == "" else float(truth)
@@ -493,6 +502,23 @@ def build_volume_dataset(manifest: Any, split: str, config: VolumeDataConfig | N
         })
     base_ds = _cached_dataset(data, cfg)
     return VolumeDataset(base_ds, rows, cfg, train)
+
+
+def check_all_items(dataset: VolumeDataset) -> None:
+    """Run the cached stage, with its input check, on every item of ``dataset`` now, so a
+    bad volume is refused (:class:`ManifestError` naming it) before any work that depends on
+    all of them, such as making a run folder, starts. The memory cache did this when it was
+    built; the disk cache computes and keeps each item missing from it (training then reads
+    it from there); without a cache each volume is read once more."""
+    from monai.data import CacheDataset
+
+    if isinstance(dataset.base, CacheDataset):
+        return
+    for index in range(len(dataset.base)):
+        try:
+            dataset.base[index]
+        except RuntimeError as exc:
+            raise _unwrap(exc) from exc
 
 
 def _unwrap(exc: BaseException) -> BaseException:
@@ -513,14 +539,16 @@ def scan_cache_hash(item: dict[str, Any]) -> bytes:
 
 
 def _cached_dataset(data: list[dict[str, Any]], cfg: VolumeDataConfig) -> Any:
-    from monai.data import CacheDataset, PersistentDataset
     from monai.data import Dataset as MonaiDataset
+    from monai.data import PersistentDataset
+
+    from adni_pu.data.memory_cache import JoinedCacheDataset  # joins its threads on an error
 
     transform = _deterministic_transforms(cfg)
     if cfg.cache == "memory":
         try:
-            return CacheDataset(data, transform, cache_rate=1.0,
-                                num_workers=max(cfg.cache_workers, 1), progress=False)
+            return JoinedCacheDataset(data, transform, cache_rate=1.0,
+                                      num_workers=max(cfg.cache_workers, 1), progress=False)
         except RuntimeError as exc:
             raise _unwrap(exc) from exc
     if cfg.cache == "disk":

@@ -19,7 +19,9 @@ from adni_pu import config as cfgmod
 from adni_pu.errors import ConfigError
 
 #: Bumped when the pipeline's code changes what it writes, so old outputs are redone.
-PIPELINE_VERSION = "1"
+#: 2: intensities are measured from the air's level (issue 37: a scan stored with an
+#: offset passed the noise and edge checks with 0, and its model input changed).
+PIPELINE_VERSION = "2"
 
 
 @dataclass
@@ -119,6 +121,15 @@ class GridSettings:
     spacing_mm: float = 1.5
     shape: tuple[int, int, int] = (121, 145, 121)
     interpolation: Literal["linear", "bspline"] = "linear"
+
+    def __post_init__(self) -> None:
+        # refused here, before any scan is read: a grid of no voxels used to fail each scan
+        # only after its whole pipeline (issue 37)
+        if len(self.shape) != 3 or any(not 16 <= n <= 1024 for n in self.shape):
+            raise ConfigError("grid.shape: expected three sizes of 16 to 1024 voxels (the "
+                              f"paper's: [121, 145, 121]), found {list(self.shape)}")
+        if not 0.5 <= self.spacing_mm <= 8.0:
+            raise ConfigError(f"grid.spacing_mm: expected 0.5 to 8 mm, found {self.spacing_mm}")
 
 
 @dataclass

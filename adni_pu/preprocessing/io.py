@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from adni_pu.data.integrity import error_text, open_nifti
 from adni_pu.errors import ScanError
 from adni_pu.fileio import write_temporary as write_file_atomic  # tests replace it here
 
@@ -75,7 +76,10 @@ def read_scan_list_csv(path: Path) -> list[Scan]:
 
     Relative paths are taken relative to the CSV's folder. Optional columns
     ``acquisition_date`` (or ``scan_date``; ISO or m/d/YYYY), ``image_id`` and
-    ``series_description`` are kept in the scan record and in summary.csv.
+    ``series_description`` are kept in the scan record and in summary.csv. A row without
+    a path, or whose subject or session has no letter or digit (in any script: ``..``,
+    ``-``), is refused naming its line, before any scan is read: such an id is a slip in
+    the table, not a name.
     """
     with open(path, newline="") as handle:
         rows = list(csv.DictReader(handle))
@@ -94,15 +98,23 @@ def read_scan_list_csv(path: Path) -> list[Scan]:
         )
     scans = []
     for line, row in enumerate(rows, start=2):
+        subject = (row.get(subj) or "").strip()
+        session = (row.get(sess) or "").strip() if sess else ""
+        for col, value in ((subj, subject), (sess, session or DEFAULT_SESSION)):
+            if not any(ch.isalnum() for ch in value):
+                raise ScanError(f"{path}: line {line}: column {col}: expected an id with "
+                                f"letters or digits, found {value!r}")
+        if not (row.get(pcol) or "").strip():
+            raise ScanError(f"{path}: line {line}: column {pcol}: expected the scan's path, "
+                            "found nothing")
         p = Path(row[pcol].strip())
         if not p.is_absolute():
             p = path.parent / p
-        session = (row.get(sess) or "").strip() if sess else ""
         date = (row.get(dcol) or "").strip() if dcol else ""
         if date and parse_date(date) is None:
             raise ScanError(f"{path}: line {line}: column {dcol}: expected a date such as "
                             f"2011-05-02 or 5/2/2011, found {date!r}")
-        scans.append(Scan(row[subj].strip(), session or DEFAULT_SESSION, p,
+        scans.append(Scan(subject, session or DEFAULT_SESSION, p,
                           parse_date(date) or "",
                           (row.get(icol) or "").strip() if icol else "",
                           (row.get(scol) or "").strip() if scol else ""))
@@ -275,8 +287,6 @@ def sitk_to_array_affine(image) -> tuple[np.ndarray, np.ndarray]:
 
 def read_volume(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
     """Raw (array, affine) of a NIfTI file or DICOM series folder, without validation."""
-    import nibabel as nib
-
     path = Path(path)
     if not path.exists():
         raise ScanError(f"{path}: file not found (expected a NIfTI file or a DICOM folder)")
@@ -287,20 +297,19 @@ def read_volume(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
             raise
         except Exception as exc:  # noqa: BLE001 - name the folder and the cause
             raise ScanError(f"{path}: cannot read DICOM series ({exc})") from exc
+    # the header first (adni_pu.data.integrity): a misnamed, damaged or truncated file, or a
+    # header claiming more voxels than a T1 has, is refused before its data are read
+    img = open_nifti(path, ScanError)
     try:
-        img = nib.load(str(path))
-        if not isinstance(img, (nib.Nifti1Image, nib.Nifti2Image)):
-            raise ScanError(
-                f"{path}: expected a NIfTI-1/2 image, found {type(img).__name__}"
-            )
         data = np.asarray(img.dataobj, dtype=np.float32)
         affine = np.asarray(img.affine, dtype=np.float64)
-    except ScanError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - truncated gzip, wrong magic, ...
+    except MemoryError as exc:
+        raise ScanError(f"{path}: not enough memory to read its {img.shape} voxels "
+                        f"({img.get_data_dtype()}); expected a T1 scan that fits") from exc
+    except Exception as exc:  # noqa: BLE001 - a damaged gzip stream, ...
         raise ScanError(
             f"{path}: cannot read as NIfTI (expected a complete .nii/.nii.gz file; "
-            f"found {type(exc).__name__}: {exc})"
+            f"found {error_text(exc)})"
         ) from exc
     return data, affine
 

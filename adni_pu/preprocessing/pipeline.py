@@ -24,6 +24,7 @@ import numpy as np
 from . import io as pio
 from .config import PreprocessConfig, settings_hash
 from .io import Scan
+from .output_checks import InputIndex, input_collision, name_max, name_problem
 
 #: Output kinds and their file name suffixes (after ``sub-X_ses-Y_``); see docs/interfaces.md.
 OUTPUT_SUFFIXES: dict[str, str] = {
@@ -174,7 +175,9 @@ def preprocess_scan(
     series_description, input_path, status, preprocessed_path, error, seconds`` with
     status ``done``, ``skipped``, ``failed`` (an error, named in ``error``) or
     ``failed-qc`` (a QC check refused the result: the preprocessed volume is not written,
-    the QC picture and sidecar are).
+    the QC picture and sidecar are). A scan whose outputs cannot be named on this file
+    system, or one of whose outputs is its own input, fails before anything is read,
+    written or removed (:mod:`.output_checks`).
     """
     config = config or PreprocessConfig()
     output = Path(output)
@@ -186,6 +189,11 @@ def preprocess_scan(
         return _row(bad, "failed", time.perf_counter() - start, f"{exc}")
     chash = settings_hash(config)
     paths = output_paths(scan, output)
+    own = InputIndex([scan.path])
+    problem = (input_collision(scan.path, paths, own)
+               or name_problem(scan.path, paths, name_max(output)))
+    if problem:  # refused before anything is read, written or removed
+        return _row(scan, "failed", time.perf_counter() - start, problem)
     if skip_existing and is_done(scan, output, chash):
         return _row(scan, "skipped", time.perf_counter() - start,
                     preproc=str(paths["preproc"]), sha256=recorded_sha256(scan, output))
@@ -208,7 +216,7 @@ def preprocess_scan(
                     traceback=traceback.format_exc(limit=6))
         # best effort: if the disk is full the summary row still says why
         with contextlib.suppress(Exception):
-            _remove_stale(paths, keep=())
+            _remove_stale(paths, keep=(), spare=own)
             text = json.dumps(side, indent=2, default=_json_default)
             pio.write_outputs({paths["sidecar"]: text.encode()})
         return _row(scan, "failed", seconds, error, sha256=identity["sha256"])
@@ -221,7 +229,7 @@ def preprocess_scan(
     side["outputs"] = {k: p.name for k, p in paths.items() if p in files or k == "sidecar"}
     files[paths["sidecar"]] = json.dumps(side, indent=2, default=_json_default).encode()
     try:
-        _remove_stale(paths, keep=tuple(files))
+        _remove_stale(paths, keep=tuple(files), spare=own)
         pio.write_outputs(files, last=[paths["sidecar"]])
     except Exception as exc:  # noqa: BLE001 - full disk, permission denied, ...
         with contextlib.suppress(OSError):  # an older sidecar must not vouch for this scan
@@ -241,10 +249,12 @@ def _json_default(obj: object) -> object:
     return str(obj)
 
 
-def _remove_stale(paths: dict[str, Path], keep: tuple[Path, ...]) -> None:
-    """Delete earlier outputs of this scan that this run does not rewrite."""
+def _remove_stale(paths: dict[str, Path], keep: tuple[Path, ...],
+                  spare: InputIndex | None = None) -> None:
+    """Delete earlier outputs of this scan that this run does not rewrite; never a path
+    that is an input in ``spare`` (checked up front too: this is the last guard)."""
     for p in paths.values():
-        if p not in keep and p.exists():
+        if p not in keep and p.exists() and (spare is None or spare.find(p) is None):
             p.unlink()
 
 
@@ -274,7 +284,7 @@ def _run_steps(scan: Scan, paths: dict[str, Path], config: PreprocessConfig,
 
     from . import registration as R
     from .cerebellum import cerebellum_mask_cached as cerebellum_mask
-    from .intensity import normalise
+    from .intensity import intensity_floor, normalise
     from .n4 import head_mask, n4_correct
     from .qc import (
         brain_noise,
@@ -294,6 +304,12 @@ def _run_steps(scan: Scan, paths: dict[str, Path], config: PreprocessConfig,
         else:
             data, affine = raw, native_affine
         data = np.asarray(data, dtype=np.float32)
+        # air reads 0 from here on: N4's model is multiplicative, and the brain is filled
+        # out with 0 before resampling, so an offset in the file (x * 10 - 1000) would
+        # change both; on a scan whose air is 0 already this changes nothing
+        floor = intensity_floor(data)
+        if floor:
+            data = data - np.float32(floor)
     spacing = tuple(float(s) for s in np.sqrt((affine[:3, :3] ** 2).sum(axis=0)))
     voxel_ml = float(np.prod(spacing)) / 1000.0
     with _timed(timings, "n4"):
@@ -318,6 +334,7 @@ def _run_steps(scan: Scan, paths: dict[str, Path], config: PreprocessConfig,
     side["input"] = {
         "shape": list(raw.shape), "spacing_mm": [round(s, 4) for s in spacing],
         "orientation": "".join(nib.aff2axcodes(native_affine)),
+        "intensity_floor": round(floor, 4),
     }
     problems = qc_checks(metrics, config.qc)
     if problems:  # an empty or implausible mask: do not register garbage

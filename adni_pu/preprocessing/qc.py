@@ -25,6 +25,7 @@ import numpy as np
 from adni_pu.errors import OutputError
 
 from .config import QCSettings
+from .intensity import intensity_floor
 
 #: Metrics used to rank outliers; direction says which side is suspicious.
 OUTLIER_METRICS: dict[str, str] = {
@@ -74,20 +75,26 @@ def mask_edge_contrast(data: np.ndarray, brain: np.ndarray,
     the edge: 0.81-0.84 for an average of heads and a resampled head, against 0.79-0.85
     for 6 mm-eroded masks), so it only bounds gross failures; where the edge lies is
     :func:`mask_edge_offset_mm`'s job.
-    Returns 0 for an empty or full mask.
+    Intensities are measured from the air's level (:func:`.intensity.intensity_floor` of
+    the whole ``data``), so a scan stored with an offset reads as it would without one.
+    Returns 0 for an empty or full mask, and inf when the band inside the mask is no
+    brighter than the air (nothing there is brain).
     """
     from scipy import ndimage
 
     if not brain.any() or brain.all():
         return 0.0
+    zero = intensity_floor(data)
     data, brain = _crop_to_mask(data, brain, spacing, width_mm)
     size = _box(width_mm, spacing)
     band_out = ndimage.maximum_filter(brain, size=size) & ~brain
     band_in = brain & ~ndimage.minimum_filter(brain, size=size)
-    mean_in = float(data[band_in].mean())
-    if not band_out.any() or mean_in <= 0:
+    if not band_out.any():
         return 0.0
-    return float(data[band_out].mean()) / mean_in
+    mean_in = float(data[band_in].mean()) - zero
+    if mean_in <= 0:
+        return float("inf")
+    return (float(data[band_out].mean()) - zero) / mean_in
 
 
 def edge_profile(data: np.ndarray, brain: np.ndarray, spacing: tuple[float, ...],
@@ -104,12 +111,15 @@ def edge_profile(data: np.ndarray, brain: np.ndarray, spacing: tuple[float, ...]
     and each shell still averages thousands of voxels (on Colin27 at 1 mm it takes 0.3 s
     instead of 3 s, and moves :func:`mask_edge_offset_mm` of its mask by 0.06 mm).
     Returns the shells' mean distances (mm, increasing) and mean intensities over the
-    median intensity inside the mask; empty shells are left out. Averaged over the whole
+    median intensity inside the mask, both measured from the air's level
+    (:func:`.intensity.intensity_floor` of the whole ``data``, so an offset in the file
+    changes nothing); empty shells are left out. Averaged over the whole
     surface, a T1 head's profile falls from the brain to the dark CSF and bone gap and
     rises again at the scalp.
     """
     from scipy import ndimage
 
+    zero = intensity_floor(data)
     data, brain = _crop_to_mask(data, brain, spacing, outside_mm + sample_mm + max(spacing))
     every = [max(1, int(sample_mm / s + 1e-6)) for s in spacing]
     sample = tuple(slice(None, None, k) for k in every)
@@ -126,9 +136,10 @@ def edge_profile(data: np.ndarray, brain: np.ndarray, spacing: tuple[float, ...]
     n = np.bincount(shell, minlength=len(edges) - 1)
     dist = np.bincount(shell, weights=signed[near], minlength=len(edges) - 1)
     level = np.bincount(shell, weights=data[near].astype(np.float64), minlength=len(edges) - 1)
-    scale = float(np.median(data[brain])) if brain.any() else 0.0
+    scale = float(np.median(data[brain])) - zero if brain.any() else 0.0
     kept = n > 0
-    return dist[kept] / n[kept], level[kept] / n[kept] / (scale if scale > 0 else 1.0)
+    return (dist[kept] / n[kept],
+            (level[kept] / n[kept] - zero) / (scale if scale > 0 else 1.0))
 
 
 def mask_edge_offset_mm(data: np.ndarray, brain: np.ndarray, spacing: tuple[float, ...],
@@ -183,19 +194,24 @@ def mask_edge_offset_mm(data: np.ndarray, brain: np.ndarray, spacing: tuple[floa
 
 def brain_noise(data: np.ndarray, brain: np.ndarray, spacing: tuple[float, ...],
                 margin_mm: float = 4.0) -> float:
-    """Noise inside the brain as a fraction of its median intensity.
+    """Noise inside the brain as a fraction of its median intensity above the air's.
 
     Each voxel minus the mean of its 26 neighbours has variance 27/26 sigma^2 for white
     noise; anatomy adds to it only at tissue borders, which a median absolute deviation
     ignores. Voxels within ``margin_mm`` of the mask's edge are left out (the brain's
     border is the strongest edge). Interpolated (resampled) scans have correlated noise
     and read lower: the value is meant for an upper limit, not as an SNR measurement.
-    Returns 0 when too few voxels remain.
+    The brain's level is measured from the air's (:func:`.intensity.intensity_floor` of
+    the whole ``data``): MRI air reads about 0, so on such a scan this is the median
+    itself, and a file stored with an offset (``x * 10 - 1000``) reads the same.
+    Returns 0 when too few voxels remain, and inf when the brain is no brighter than the
+    air.
     """
     from scipy import ndimage
 
     if not brain.any():
         return 0.0
+    zero = intensity_floor(data)
     data, brain = _crop_to_mask(data, brain, spacing, 2 * max(spacing))
     core = ndimage.minimum_filter(brain, size=_box(margin_mm, spacing))
     if core.sum() < 100:
@@ -204,8 +220,8 @@ def brain_noise(data: np.ndarray, brain: np.ndarray, spacing: tuple[float, ...],
     local = (ndimage.uniform_filter(x, size=3, mode="nearest") * 27 - x) / 26
     resid = (x - local)[core]
     sigma = 1.4826 * float(np.median(np.abs(resid - np.median(resid)))) / np.sqrt(27 / 26)
-    level = float(np.median(x[core]))
-    return sigma / level if level > 0 else 0.0
+    level = float(np.median(x[core])) - zero
+    return sigma / level if level > 0 else float("inf")
 
 
 def registration_metrics(
@@ -243,7 +259,8 @@ def registration_metrics(
         return ndimage.affine_transform(values.astype(np.float32), m[:3, :3], offset=m[:3, 3],
                                         output_shape=tdata.shape, order=1, mode="constant")
 
-    moved = carry(np.where(brain, data, 0))
+    # the fill outside the brain is the air's level, so an offset in the file changes nothing
+    moved = carry(np.where(brain, data - intensity_floor(data), 0))
     moved_mask = carry(brain) > 0.5
     # the nudges interpolate, which smooths: compare them with an already smoothed image,
     # or noise alone makes any nudge look like a gain
@@ -351,12 +368,15 @@ def qc_checks(metrics: dict[str, float], settings: QCSettings) -> list[str]:
         problems.append(
             f"brain mask edge contrast {edge:.2f} above {settings.max_mask_edge_contrast} "
             "(outside the mask is not darker than inside): the skull stripping failed"
+            if np.isfinite(edge) else "the brain mask's edge is no brighter than the air: "
+            "the skull stripping failed"
         )
     noise = metrics.get("brain_noise")
     if noise is not None and noise > settings.max_brain_noise:
         problems.append(
             f"noise in the brain {noise:.3f} of its median intensity, above "
-            f"{settings.max_brain_noise}: too noisy to use"
+            f"{settings.max_brain_noise}: too noisy to use" if np.isfinite(noise) else
+            "the brain is no brighter than the air: no usable signal"
         )
     dice = metrics.get("template_mask_dice")
     if dice is not None and dice < settings.min_template_mask_dice:
@@ -515,6 +535,12 @@ def contact_sheet(
     import matplotlib.pyplot as plt
 
     output = Path(output)
+    if output.exists() and not output.is_dir():
+        raise OutputError(f"{output}: expected a folder written by adni-pu preprocess, found "
+                          "a file")
+    if not output.is_dir():
+        raise OutputError(f"folder not found: {output} (expected a folder written by adni-pu "
+                          "preprocess)")
     ranked = rank_outliers(load_sidecars(output))
     if not ranked:
         raise OutputError(f"{output}: no *_sidecar.json found; run adni-pu preprocess first")

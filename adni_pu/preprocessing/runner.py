@@ -30,10 +30,12 @@ from typing import Any, TypeVar
 
 from adni_pu import config as cfgmod
 from adni_pu.errors import ConfigError, OutputError, ShardMergeError
+from adni_pu.locking import holding_output_lock
 from adni_pu.progress import progress_bar
 
 from .config import PreprocessConfig, settings_hash
 from .io import Scan, discover
+from .output_checks import spare_inputs
 from .pipeline import output_paths, recorded_sha256, resume_check
 
 T = TypeVar("T")
@@ -139,6 +141,15 @@ def _process_one_threads(scan: Scan, output: str, config: PreprocessConfig, thre
 
 
 
+def _lock_part(args: dict[str, Any]) -> str | None:
+    """The shard a run holds the output folder's lock for (None: the whole folder)."""
+    config = args["config"]
+    shard = args["shard"] if args["shard"] is not None else (config.runner.shard if config
+                                                             else "")
+    return "shard-{}-of-{}".format(*parse_shard(shard)) if shard else None
+
+
+@holding_output_lock("preprocess", "output", part=_lock_part)  # adni_pu.locking
 def run_preprocessing(
     inputs: str | Path | Sequence[Scan | str | Path],
     output: str | Path,
@@ -178,6 +189,10 @@ def run_preprocessing(
     # inputs left out at discovery (not a T1, another T1 of the visit chosen, unusable
     # folder) are summary rows with their reason; each shard reports its share of them
     left_out = [e.row() for e in shard_scans(found.excluded, runner.shard)]
+    # no output may be an input (it would be overwritten, or deleted as an older output)
+    spare_inputs(inputs, found.scans, found.excluded, output, [
+        output / "summary.csv", output / "preprocess_config.toml",
+        *([shard_summary_path(output, *parse_shard(runner.shard))] if runner.shard else [])])
     try:
         output.mkdir(parents=True, exist_ok=True)
     except OSError as exc:  # a file on the way, no permission, ...

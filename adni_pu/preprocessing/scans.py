@@ -9,6 +9,7 @@ downloads) import these; this module imports neither, so they form no import cir
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import os
 import re
 from dataclasses import dataclass
@@ -87,12 +88,28 @@ class Discovery:
     excluded: list[Excluded]
 
 
+#: Prefix of the label of an identifier with no ASCII letters or digits (:func:`bids_label`).
+HASHED_LABEL_PREFIX = "hash"
+
+
 def bids_label(text: str) -> str:
-    """``text`` with everything but letters and digits removed (BIDS labels are alphanumeric)."""
-    label = re.sub(r"[^A-Za-z0-9]", "", str(text))
-    if not label:
-        raise ScanError(f"identifier {text!r} has no letters or digits to name files with")
-    return label
+    """``text`` with everything but ASCII letters and digits removed (BIDS labels are
+    alphanumeric ASCII).
+
+    An identifier with none of them (a name in another script, Chinese say) still names a
+    scan: its label is :data:`HASHED_LABEL_PREFIX` and the first 12 hex digits of the
+    SHA-256 of its UTF-8 bytes (``hash8d1e9cbbf0a3``): stable from run to run, so a rerun
+    resumes, and distinct for distinct names. The identifier itself stays in summary.csv
+    and the sidecar (``subject_id``, ``session_id``) beside the label (``scan_label``).
+    Only an empty identifier is refused.
+    """
+    text = str(text)
+    label = re.sub(r"[^A-Za-z0-9]", "", text)
+    if label:
+        return label
+    if not text.strip():
+        raise ScanError(f"identifier {text!r} is empty; expected a name to give its files")
+    return HASHED_LABEL_PREFIX + hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
 
 
 def _is_nifti(path: Path) -> bool:

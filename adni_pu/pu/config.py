@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from adni_pu import config as cfgmod
+from adni_pu.config import bounded
 from adni_pu.errors import ConfigError
 
 Method = Literal["naive", "upu", "nnpu", "selfpu"]
@@ -26,9 +27,9 @@ class SelfPUConfig:
     from ``self_paced_end`` on phase 3 (self-distillation with students and teachers).
     """
 
-    warmup_epochs: int = 10
-    self_paced_end: int = 50
-    select_every: int = 10
+    warmup_epochs: int = bounded(10, ge=0)
+    self_paced_end: int = bounded(50, ge=0)
+    select_every: int = bounded(10, ge=1)
     # One student per rate; the paper uses two students with paces 20% and 30%.
     rates: tuple[float, ...] = (0.2, 0.3)
     # "linear": the trusted set grows linearly to rate*|U| by the end of phase 2;
@@ -60,8 +61,8 @@ class SelfPUConfig:
     # Self-calibrated loss reweighting (learning to reweight with one virtual step).
     reweight: bool = True
     reweight_in_phase3: bool = False
-    meta_step_size: float = 1e-3
-    meta_ce_cap: float = 1.0 / 16
+    meta_step_size: float = bounded(1e-3, gt=0)
+    meta_ce_cap: float = bounded(1.0 / 16, gt=0)
     # How the meta step's weights enter the nnPU risk. "shrink": per-example weights that
     # sum to one (the nnPU weight shrinks where the entropy weight grows). "mean-one": tiny
     # hypergradients fall back to pure nnPU, the nnPU weights are rescaled to mean one over
@@ -86,32 +87,31 @@ class SelfPUConfig:
     hypergradient: Literal["double-backward", "jvp"] = "double-backward"
     # Student consistency in phase 3.
     student_consistency: Literal["none", "per_example", "per_batch"] = "per_example"
-    alpha: float = 10.0
-    batch_gate: float = 0.1
-    student_weight: float = 1.0
+    alpha: float = bounded(10.0, ge=0)
+    batch_gate: float = bounded(0.1, ge=0)
+    student_weight: float = bounded(1.0, ge=0)
     # Mean teachers in phase 3.
     teachers: bool = True
     teacher_average: Literal["ema", "uniform"] = "ema"
-    ema_decay: float = 0.999
+    ema_decay: float = bounded(0.999, ge=0, lt=1)
     # A teacher's BatchNorm running statistics: "average" them like the weights, or
     # "recompute" them from the training inputs after every epoch (as stochastic weight
     # averaging does); the averaged weights alone do not match the averaged statistics.
     teacher_bn: Literal["average", "recompute"] = "average"
-    teacher_weight: float = 0.3
-    teacher_rampup_epochs: int = 30
+    teacher_weight: float = bounded(0.3, ge=0)
+    teacher_rampup_epochs: int = bounded(30, ge=0)
     # The models that compete for selection once teachers exist: the better teacher (or
     # student, without teachers) by the validation criterion, or only the average of the two
     # teachers' probabilities.
     final_model: Literal["best", "average"] = "best"
 
     def __post_init__(self) -> None:
+        cfgmod.check_ranges(self)
         if not 0 <= self.warmup_epochs <= self.self_paced_end:
             raise ConfigError(
                 f"warmup_epochs={self.warmup_epochs} and self_paced_end={self.self_paced_end}: "
                 "expected 0 <= warmup_epochs <= self_paced_end"
             )
-        if self.select_every < 1:
-            raise ConfigError(f"select_every={self.select_every}: expected >= 1")
         if not self.rates or any(not 0.0 <= r <= 1.0 for r in self.rates):
             raise ConfigError(f"rates={self.rates}: expected one or more numbers in [0, 1]")
         if len(self.rates) > 2:
@@ -121,8 +121,6 @@ class SelfPUConfig:
             raise ConfigError("rest_risk='band' with replacement=false: the band between the "
                               "trusted pseudo-negatives and pseudo-positives needs every member "
                               "chosen by the same scores; expected replacement=true")
-        if not 0.0 <= self.ema_decay < 1.0:
-            raise ConfigError(f"ema_decay={self.ema_decay}: expected a number in [0, 1)")
 
 
 @dataclass
@@ -132,22 +130,22 @@ class TrainConfig:
     method: Method = "nnpu"
     model: str = "mlp6"
     model_args: dict[str, Any] = field(default_factory=dict)
-    epochs: int = 200
-    batch_size: int = 256
-    lr: float = 1e-3
-    weight_decay: float = 0.0
+    epochs: int = bounded(200, ge=1)
+    batch_size: int = bounded(256, ge=2)
+    lr: float = bounded(1e-3, gt=0)
+    weight_decay: float = bounded(0.0, ge=0)
     # Class prior used by the risks; None: the data's (PUData.prior).
-    prior: float | None = None
-    # nnPU step rule.
-    beta: float = 0.0
-    gamma: float = 1.0
+    prior: float | None = bounded(None, gt=0, lt=1)
+    # nnPU step rule (Kiryo et al. 2017: 0 <= beta, 0 <= gamma <= 1).
+    beta: float = bounded(0.0, ge=0)
+    gamma: float = bounded(1.0, ge=0, le=1)
     # Model selection on the validation split (never on test).
     val_criterion: Criterion = "pu_risk"
     # Labelled-positive oversampling: with s in (0, 1) every batch holds round(s*batch_size)
     # labelled positives (drawn from successive random permutations of D_P) and the rest
     # unlabelled; an epoch is one pass over D_U. 0: P and U spread evenly over the batches
     # in the data's ratio. The risks are unchanged (means over the P rows and the U rows).
-    positive_share: float = 0.0
+    positive_share: float = bounded(0.0, ge=0, lt=1)
     # Which model the run keeps: "best_epoch" the best validation score over every epoch and
     # candidate; "final" the best of the finalists after the last epoch only (the teachers and
     # their average, or the students and their average, or the one model). docs/selfpu.md.
@@ -155,12 +153,12 @@ class TrainConfig:
     # Use true labels of the validation split (a labelled PN validation set, as the paper's
     # meta step assumes). Results made with it must say so.
     pn_validation: bool = False
-    seed: int = 0
+    seed: int = bounded(0, ge=0)
     deterministic: bool = True
     device: str = "auto"
-    num_workers: int = 0
-    threads: int = 0
-    eval_batch_size: int = 1024
+    num_workers: int = bounded(0, ge=0)
+    threads: int = bounded(0, ge=0)
+    eval_batch_size: int = bounded(1024, ge=1)
     # Evaluate the test split every epoch for the "test-selected" diagnostic only.
     track_test: bool = False
     # Write every epoch's validation logits of every model to ``val_logits/`` in the run
@@ -170,7 +168,7 @@ class TrainConfig:
     # "crop-flip" pads by crop_padding (with zeros, the channel mean after standardising),
     # crops back at a random offset and mirrors left-right with probability 1/2.
     augment: Literal["none", "crop-flip"] = "none"
-    crop_padding: int = 4
+    crop_padding: int = bounded(4, ge=0)
     # Speed: bfloat16 autocast for every forward pass (losses stay float32), channels-last
     # memory layout for convolutional models, torch.compile of the training forward.
     amp: bool = False
@@ -184,29 +182,19 @@ class TrainConfig:
     # limit stops the fit between epochs (per-epoch cost on fast devices). A run killed
     # in between resumes from the last checkpoint and repeats at most N - 1 epochs (with
     # the same result: each epoch's random streams come from the seed and its number).
-    checkpoint_every: int = 1
+    checkpoint_every: int = bounded(1, ge=1)
     progress: bool = True
     selfpu: SelfPUConfig = field(default_factory=SelfPUConfig)
 
     def __post_init__(self) -> None:
-        if self.epochs < 1 or self.batch_size < 2:
-            raise ConfigError(f"epochs={self.epochs}, batch_size={self.batch_size}: "
-                             "expected epochs >= 1 and batch_size >= 2")
-        if self.prior is not None and not 0.0 < self.prior < 1.0:
-            raise ConfigError(f"prior={self.prior}: expected a number in (0, 1)")
+        cfgmod.check_ranges(self)
         if self.val_criterion == "pn_accuracy" and not self.pn_validation:
             raise ConfigError("val_criterion='pn_accuracy' needs pn_validation=true")
-        if not 0.0 <= self.positive_share < 1.0:
-            raise ConfigError(f"positive_share={self.positive_share}: expected a number in [0, 1)")
         n_pos = round(self.positive_share * self.batch_size)
         if self.positive_share > 0.0 and not 1 <= n_pos < self.batch_size:
             raise ConfigError(
                 f"positive_share={self.positive_share} with batch_size={self.batch_size}: "
                 "expected at least one labelled positive and one unlabelled example per batch")
-        if self.checkpoint_every < 1:
-            raise ConfigError(f"checkpoint_every={self.checkpoint_every}: expected >= 1")
-        if self.crop_padding < 0:
-            raise ConfigError(f"crop_padding={self.crop_padding}: expected >= 0")
         if self.selfpu.meta_objective == "pn_ce" and not self.pn_validation:
             raise ConfigError("selfpu.meta_objective='pn_ce' needs pn_validation=true")
 

@@ -10,6 +10,7 @@ evaluate, predict and the benchmarks score models through it.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -18,11 +19,51 @@ import torch
 from torch import nn
 
 
-def resolve_device(name: str) -> torch.device:
-    """``auto`` picks CUDA when available, else the CPU."""
-    if name == "auto":
+def resolve_device(name: str, what: str = "device") -> torch.device:
+    """The torch device of ``name``: ``auto`` (CUDA when available, else the CPU), ``cpu``,
+    ``cuda``, ``cuda:N`` or ``mps``.
+
+    A name that is none of these, or a device this machine does not have, is a
+    :class:`~adni_pu.errors.DeviceError` whose one line names the device, says why (torch
+    built without CUDA, no GPU visible, N GPUs) and what to use instead; ``what`` is how
+    the user gave it (``--device``, ``train.device``).
+    """
+    from adni_pu.errors import DeviceError
+
+    text = str(name).strip().lower()
+    if text == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    if text == "cpu":
+        return torch.device("cpu")
+    kind, colon, index = text.partition(":")
+    if kind == "cuda" and (not colon or index.isdigit()):
+        if not torch.cuda.is_available():
+            why = (f"torch {torch.__version__} is built without CUDA"
+                   if torch.version.cuda is None else
+                   f"no GPU is visible to torch {torch.__version__} (CUDA "
+                   f"{torch.version.cuda}; CUDA_VISIBLE_DEVICES="
+                   f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')!r})")
+            raise DeviceError(f"{what} {name}: CUDA is not available on this machine ({why}); "
+                              f"use {_choice(what, 'cpu')} or auto")
+        count = torch.cuda.device_count()
+        if index and int(index) >= count:
+            raise DeviceError(f"{what} {name}: this machine has {count} GPU(s), "
+                              f"cuda:0 to cuda:{count - 1}; use one of those, or cuda")
+        return torch.device(text)
+    if text == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        if mps is None or not mps.is_available():
+            raise DeviceError(f"{what} {name}: Apple's MPS is not available on this machine; "
+                              f"use {_choice(what, 'cpu')} or auto")
+        return torch.device("mps")
+    raise DeviceError(f"{what} {name!r}: expected auto, cpu, cuda, cuda:N (N: the GPU's "
+                      "number) or mps")
+
+
+def _choice(what: str, value: str) -> str:
+    """``--device cpu`` or ``train.device="cpu"``: how to give ``value`` the way ``what``
+    was given."""
+    return f"{what} {value}" if what.startswith("-") else f'{what}="{value}"'
 
 
 def configure_torch(device: torch.device, threads: int, deterministic: bool) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 from adni_pu import config as cfgmod
 from adni_pu import fileio
 from adni_pu.errors import ConfigError
+from adni_pu.locking import holding_output_lock
 from adni_pu.provenance import machine_description, package_versions
 from adni_pu.pu.metrics import mean_std, percent_summary, summarise
 
@@ -322,13 +323,49 @@ def markdown_table(summary: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+class BenchmarkInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped a benchmark; ``hint`` says what is kept and how to continue."""
+
+    def __init__(self, hint: str) -> None:
+        super().__init__(hint)
+        self.hint = hint
+
+
+@holding_output_lock("benchmark", lambda args: args["spec"].out)
 def run_benchmark(spec: BenchmarkSpec, results_json: Path | None = None,
                   command: str | None = None) -> dict[str, Any]:
     """Run every seed, then write ``results.json`` and ``results.md`` into ``spec.out``.
 
     With ``spec.time_limit`` the command may stop early: it then returns (and writes to
-    ``progress.json``) a progress record with ``"status": "incomplete"`` instead.
+    ``progress.json``) a progress record with ``"status": "incomplete"`` instead. Holds
+    the lock of ``spec.out`` (:mod:`adni_pu.locking`): a second benchmark into the same
+    folder is refused. Ctrl-C raises :class:`BenchmarkInterrupted`, which says what is
+    kept (finished seeds, the current seed's checkpoint) and how to continue.
     """
+    try:
+        return _run_benchmark(spec, results_json, command)
+    except KeyboardInterrupt as stop:
+        if isinstance(stop, BenchmarkInterrupted):
+            raise
+        raise BenchmarkInterrupted(interrupted_hint(spec)) from stop
+
+
+def interrupted_hint(spec: BenchmarkSpec) -> str:
+    """What an interrupted benchmark keeps, and that the same command continues from it."""
+    done = [s for s in spec.seeds if (spec.out / f"seed{s}" / "result.json").is_file()]
+    kept = [f"seed {s}: {spec.out / f'seed{s}' / 'result.json'}" for s in done] + [
+        f"seed {s}: the checkpoint of its last finished epoch "
+        f"({spec.out / f'seed{s}' / 'checkpoints' / 'last.pt'})"
+        for s in spec.seeds
+        if s not in done and (spec.out / f"seed{s}" / "checkpoints" / "last.pt").is_file()]
+    if not kept:
+        return "no seed had finished an epoch, nothing is kept; run the same command again"
+    return ("kept " + "; ".join(kept) + "; run the same command again to continue from "
+            "there")
+
+
+def _run_benchmark(spec: BenchmarkSpec, results_json: Path | None,
+                   command: str | None) -> dict[str, Any]:
     start = time.monotonic()
     deadline = None if spec.time_limit is None else start + 60.0 * spec.time_limit
     if spec.time_limit is not None and spec.time_limit <= 0:

@@ -40,14 +40,8 @@ def subject_frame(manifest: Any) -> Any:
         pu_label=("pu_label", "max"), truth=("truth", "first")).reset_index()
 
 
-def fold_manifests(manifest: Any, folds: int, seed: int, out: Path) -> list[Path]:
-    """Write ``out/fold<k>/manifest.csv`` for k < ``folds``; returns their paths.
-
-    Fold k: test = the subjects of fold k (stratified by PU label and truth,
-    :func:`adni_pu.cohort.kfold`), val = a stratified fifth of the others, train = the
-    rest. Every subject is in the test split of exactly one fold. A file that already holds
-    the same content is left untouched (so a resumed run sees the same manifest).
-    """
+def fold_frames(manifest: Any, folds: int, seed: int) -> list[Any]:
+    """The manifests of the ``folds`` folds (:func:`fold_manifests`), in memory."""
     from adni_pu.cohort import kfold
 
     if folds < 2:
@@ -57,7 +51,7 @@ def fold_manifests(manifest: Any, folds: int, seed: int, out: Path) -> list[Path
         raise ConfigError(f"folds={folds}: {len(subjects)} subjects are too few "
                          f"(need at least {2 * folds})")
     fold_of = kfold(subjects, folds, seed)
-    paths = []
+    frames = []
     for k in range(folds):
         test = set(fold_of.index[fold_of == k])
         rest = subjects[~subjects["subject_id"].isin(test)]
@@ -67,6 +61,37 @@ def fold_manifests(manifest: Any, folds: int, seed: int, out: Path) -> list[Path
         frame["split"] = ["test" if s in test else "val" if s in val else "train"
                           for s in frame["subject_id"]]
         frame["fold"] = k
+        frames.append(frame)
+    return frames
+
+
+def fold_problem(frame: Any) -> str | None:
+    """Why PU training cannot run on a fold's manifest, or None: its training and
+    validation splits each need a labelled positive and an unlabelled subject, and the
+    training split a subject with known truth (the class prior comes from those)."""
+    for split in ("train", "val"):
+        rows = frame[frame["split"].astype(str) == split]
+        labels = rows.groupby("subject_id")["pu_label"].max()
+        if not (labels == 1).any():
+            return f"{split} split has no labelled positive"
+        if not (labels == 0).any():
+            return f"{split} split has no unlabelled subject"
+    train = frame[frame["split"].astype(str) == "train"]
+    if not train.groupby("subject_id")["truth"].first().notna().any():
+        return "train split has no subject with a known truth (for the class prior)"
+    return None
+
+
+def fold_manifests(manifest: Any, folds: int, seed: int, out: Path) -> list[Path]:
+    """Write ``out/fold<k>/manifest.csv`` for k < ``folds``; returns their paths.
+
+    Fold k: test = the subjects of fold k (stratified by PU label and truth,
+    :func:`adni_pu.cohort.kfold`), val = a stratified fifth of the others, train = the
+    rest. Every subject is in the test split of exactly one fold. A file that already holds
+    the same content is left untouched (so a resumed run sees the same manifest).
+    """
+    paths = []
+    for k, frame in enumerate(fold_frames(manifest, folds, seed)):
         path = out / f"fold{k}" / "manifest.csv"
         text = frame.to_csv(index=False)
         if not (path.is_file() and path.read_text() == text):
@@ -111,10 +136,10 @@ def volume_features(paths: Iterable[str | Path]) -> Any:
     (``CSF_LEVEL``), so no segmentation is needed; the numbers are proxies, good for
     ranking subjects, not calibrated volumes.
     """
-    import nibabel as nib
     import pandas as pd
 
     from adni_pu import atlas
+    from adni_pu.data.grid_check import read_model_grid
 
     affine = atlas.model_grid_affine()
     shape = atlas.MODEL_GRID_SHAPE
@@ -123,10 +148,7 @@ def volume_features(paths: Iterable[str | Path]) -> Any:
     voxel_ml = abs(float(np.linalg.det(affine[:3, :3]))) / 1000.0
     rows = []
     for path in paths:
-        img = nib.as_closest_canonical(nib.load(str(path)))
-        vol = np.asarray(img.dataobj, dtype=np.float32)
-        if vol.shape != tuple(shape):
-            raise ValueError(f"{path}: shape {vol.shape}, expected the model grid {shape}")
+        vol = read_model_grid(path, shape)  # the model-grid input check (ManifestError)
         brain = vol > 0
         level = CSF_LEVEL * float(np.median(vol[brain])) if brain.any() else 0.0
         rows.append({"scan_path": str(path),

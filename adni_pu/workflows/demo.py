@@ -31,6 +31,7 @@ from typing import Any
 from adni_pu import config as cfgmod
 from adni_pu import fileio
 from adni_pu.errors import ConfigError, OutputError
+from adni_pu.locking import holding_output_lock
 
 # Preprocessing settings for small synthetic heads, from docs/preprocessing.md (as values);
 # deepbet at 192^3 takes about half its time at 256^3 at the same Dice on Colin27.
@@ -244,16 +245,93 @@ def check_folds(fold_paths: list[Path]) -> None:
     for the number of folds."""
     from adni_pu.cohort import read_manifest
 
-    for k, path in enumerate(fold_paths):
-        frame = read_manifest(path)
-        for split in ("train", "val"):
-            rows = frame[frame["split"].astype(str) == split]
-            if not (rows["pu_label"] == 1).any():
-                total = int(frame.groupby("subject_id")["pu_label"].max().sum())
-                raise ConfigError(
-                    f"{path}: fold {k + 1}'s {split} split has no labelled positive (the "
-                    f"cohort has {total} labelled positives, the diagnosed patients, for "
-                    f"{len(fold_paths)} folds); use more --subjects or fewer --folds")
+    frames = [read_manifest(path) for path in fold_paths]
+    problem = fold_composition(frames)
+    if problem is not None:
+        raise ConfigError(f"{fold_paths[problem[0]]}: {problem[1]}; use more --subjects or "
+                          "fewer --folds")
+
+
+def fold_composition(frames: list[Any]) -> tuple[int, str] | None:
+    """The first fold that PU training cannot run on, as (its index, why), or None
+    (:func:`~adni_pu.workflows.crossval.fold_problem`)."""
+    from adni_pu.workflows.crossval import fold_problem
+
+    for k, frame in enumerate(frames):
+        why = fold_problem(frame)
+        if why is not None:
+            total = int(frame.groupby("subject_id")["pu_label"].max().sum())
+            return k, (f"fold {k + 1}'s {why} (the cohort has {total} labelled positives, "
+                       f"the diagnosed patients, for {len(frames)} folds)")
+    return None
+
+
+def synthetic_manifest(settings: DemoSettings, n_subjects: int) -> tuple[Any, list[str]]:
+    """The cohort manifest the demo would build from ``n_subjects`` synthetic subjects, and
+    their ids in generation order, from the generator's subject table alone (no image is
+    made): the cohort builder on the clinical table and a scan table like the
+    preprocessing summary, as :func:`cohort_stage` builds them. Scans that fail
+    preprocessing are not foreseen (:func:`check_folds` sees those)."""
+    import tempfile
+
+    import pandas as pd
+
+    from adni_pu.cohort import build_cohort, load_cohort_config, read_manifest, write_manifest
+    from adni_pu.synth import SynthConfig
+    from adni_pu.synth.generate import _table_rows
+    from adni_pu.synth.subjects import make_subjects
+
+    synth_cfg = cfgmod.from_dict(SynthConfig, dict(settings.synth))
+    subjects = make_subjects(n_subjects, settings.seed, synth_cfg)
+    clinical = pd.DataFrame([row for s in subjects for row in _table_rows(s)])
+    scans = pd.DataFrame([{"subject_id": s.bids_label, "session_id": v.bids_session,
+                           "status": "done", "preprocessed_path":
+                           f"sub-{s.bids_label}_ses-{v.bids_session}_T1w.nii.gz"}
+                          for s in subjects for v in s.visits if v.has_mri])
+    cfg = load_cohort_config(values={"check_scan_files": False, "split": {
+        "seed": settings.seed, "test_fraction": 0.25, "val_fraction": 0.2}})
+    manifest = build_cohort(clinical, scans, cfg).manifest
+    with tempfile.TemporaryDirectory(prefix="adni-pu-demo-check-") as tmp:
+        path = write_manifest(manifest, Path(tmp) / "manifest.csv")  # read as the demo does
+        return read_manifest(path), [s.ptid for s in subjects]
+
+
+def check_composition(settings: DemoSettings, search: int = 200) -> None:
+    """Refuse, before any image is generated or preprocessed, a synthetic cohort whose
+    folds PU training cannot run on (a fold's training or validation split without a
+    labelled positive or an unlabelled subject), saying the smallest ``--subjects`` that
+    works with these settings (searched up to ``search`` more subjects).
+
+    Subject ``i`` of the generator depends only on the seed and ``i`` and is labelled on
+    its own records, so the cohort of ``n`` subjects is the first ``n`` subjects' rows of
+    one larger cohort: one build serves the whole search.
+    """
+    from adni_pu.workflows.crossval import fold_frames
+
+    manifest, ids = synthetic_manifest(settings, settings.subjects + search)
+
+    def problem_with(n: int) -> tuple[int, str] | None:
+        first = manifest[manifest["subject_id"].isin(set(ids[:n]))].reset_index(drop=True)
+        try:
+            return fold_composition(fold_frames(first, settings.folds, settings.seed))
+        except ConfigError as exc:  # too few subjects left for the folds
+            return 0, str(exc)
+
+    problem = problem_with(settings.subjects)
+    if problem is None:
+        return
+    for n in range(settings.subjects + 1, settings.subjects + search + 1):
+        if problem_with(n) is None:
+            fix = (f"the smallest --subjects that works with --folds {settings.folds} and "
+                   f"--seed {settings.seed} is {n}")
+            break
+    else:
+        fix = (f"no --subjects up to {settings.subjects + search} works with --folds "
+               f"{settings.folds} and --seed {settings.seed}; use fewer --folds or a "
+               "composition with more patients (--set synth.dx_proportions=...)")
+    raise ConfigError(f"--subjects {settings.subjects}: {problem[1]}, so a fold cannot be "
+                      f"trained; {fix} (or use fewer --folds). Checked before generating "
+                      "any scan")
 
 
 def demo_prior(manifest_frame: Any) -> tuple[dict[str, Any], str, float]:
@@ -386,6 +464,7 @@ def _pooled_phases(folds: list[dict[str, Any]]) -> dict[str, float] | None:
             / sum(p in s["by_phase"] for s in summaries) for p in phases}
 
 
+@holding_output_lock("demo", lambda args: args["settings"].out)  # adni_pu.locking
 def run_demo(settings: DemoSettings, log: Callable[[str], None] = print) -> Path:
     """Run every stage (each resumes if its output is already there); return report.md."""
     import numpy as np
@@ -397,6 +476,7 @@ def run_demo(settings: DemoSettings, log: Callable[[str], None] = print) -> Path
     from adni_pu.workflows.demo_report import render_report
 
     settings.check_training_settings()
+    check_composition(settings)  # every fold trainable: before any scan is made
     out = fileio.check_out_dir(settings.out, "the demo's files")
     out.mkdir(parents=True, exist_ok=True)
     times: dict[str, float] = {}

@@ -3,7 +3,9 @@
 :func:`evaluate_run` scores every scan of the split, averages each subject's probabilities,
 bootstraps subjects for 95 % CIs, draws the ROC curve and writes ``RUN/evaluation/<split>/``
 (metrics.json, predictions_scans.csv, predictions_subjects.csv, roc.png, report.md). It
-refuses any subject of the run's training or validation split (``LeakageError``).
+refuses any subject (by canonical id) of the run's training or validation split, and any
+scan whose content was there under another id (``LeakageError``, from the run's record
+``RUN/scans.csv``; :mod:`adni_pu.cohort.leakage`).
 """
 
 from __future__ import annotations
@@ -15,11 +17,18 @@ from typing import Any
 
 import numpy as np
 
+from adni_pu import config as cfgmod
 from adni_pu.errors import VolumeRunError
 from adni_pu.fileio import atomic_write_text, sha256_file
 from adni_pu.pu.metrics import METRIC_LABELS, PU_METRICS, format_ci, logit, sigmoid
 from adni_pu.pu.plots import roc_plot
-from adni_pu.workflows.train import _manifest_path, _read_manifest, load_run, score_dataset
+from adni_pu.workflows.train import (
+    VolumeTrainConfig,
+    _manifest_path,
+    _read_manifest,
+    load_run,
+    score_dataset,
+)
 
 METRICS = ("accuracy", "balanced_accuracy", "auc", "sensitivity", "specificity")
 METRIC_NAMES = {**METRIC_LABELS,
@@ -36,19 +45,22 @@ def evaluate_run(run_dir: str | Path, split: str = "test", manifest: str | Path 
     """Metrics of the run's selected model on ``split`` with subject-bootstrap 95 % CIs.
 
     ``manifest`` defaults to the one the run was trained on. Refuses (``LeakageError``)
-    when a subject of the split was in the run's training split or in its validation split
-    (which chose the model, so metrics on it would be optimistic: ``--split val`` of the
-    training manifest is always refused; RUN/val_predictions.csv holds those). Writes
+    when a subject of the split (by canonical id), or a scan's content under any id, was in
+    the run's training split or in its validation split (which chose the model, so metrics
+    on it would be optimistic: ``--split val`` of the training manifest is always refused;
+    RUN/val_predictions.csv holds those). ``n_boot`` (``--bootstrap``) must be >= 0. Writes
     ``RUN/evaluation/<split>/`` (metrics.json, predictions_scans.csv,
     predictions_subjects.csv, roc.png, report.md) and returns the metrics dict; the report
     also says how often nnPU's non-negative correction fired in training (metrics.csv).
     """
     import pandas as pd
 
-    from adni_pu.cohort import assert_no_leakage
+    from adni_pu.cohort.leakage import assert_no_leakage, scan_table
     from adni_pu.data.volumes import build_volume_dataset
     from adni_pu.pu.metrics import bootstrap_ci
 
+    if n_boot is not None:  # refused before any work, as the setting it replaces would be
+        n_boot = cfgmod.check_setting(VolumeTrainConfig, "bootstrap", n_boot, "--bootstrap")
     run_dir = Path(run_dir)
     cfg, model, info = load_run(run_dir, device)
     mpath = _manifest_path(manifest if manifest is not None else info["manifest"])
@@ -58,15 +70,19 @@ def evaluate_run(run_dir: str | Path, split: str = "test", manifest: str | Path 
     if rows.empty:
         raise VolumeRunError(f"{mpath}: no rows in split {split!r}; splits found: "
                              f"{sorted(set(frame['split']))}")
-    splits = pd.read_csv(run_dir / "splits.csv", dtype={"subject_id": str})
+    # the run's record of its train and val scans (ids and contents; ids alone for runs
+    # made before the record), against the scored rows: by canonical id and by content
+    seen = run_record(run_dir)
+    scored = scan_table(frame[frame["split"] == split], mpath.parent, source=mpath)
+    scored["where"] = mpath.name + " " + scored["where"]
     for used, seen_in, advice in (
             ("train", "the run's training split", "Evaluate on subjects the run never saw "
              "(splits must be by subject)."),
             ("val", "the run's validation split, which chose the model (model selection)",
              "Metrics on them would not be an honest estimate; the selected model's "
              f"validation predictions are in {run_dir / 'val_predictions.csv'}.")):
-        assert_no_leakage(splits.loc[splits["split"] == used, "subject_id"], rows["subject_id"],
-                          what=f"{split!r}", seen_in=seen_in, advice=advice)
+        assert_no_leakage(seen[seen["split"] == used], scored, what=f"{split!r}",
+                          seen_in=seen_in, advice=advice)
     dataset = build_volume_dataset(frame, split, cfg.data, train=False, base_dir=mpath.parent)
     logits = score_dataset(model, dataset, max(cfg.train.batch_size, 2))
     truth = pd.to_numeric(rows["truth"], errors="coerce").astype(float).to_numpy()
@@ -119,8 +135,25 @@ def evaluate_run(run_dir: str | Path, split: str = "test", manifest: str | Path 
         ("predictions_subjects", "predictions_subjects.csv"), ("roc", "roc.png"),
         ("report", "report.md"))}
     atomic_write_text(out / "metrics.json", json.dumps(_jsonable(result), indent=2) + "\n")
-    atomic_write_text(out / "report.md", metrics_markdown(result))
+    from adni_pu.workflows.interpret import report_section  # links `adni-pu interpret` maps
+
+    atomic_write_text(out / "report.md", metrics_markdown(result)
+                      + report_section(run_dir, split, out))
     return result
+
+
+def run_record(run_dir: Path) -> Any:
+    """What the run trained and selected on, for the leakage guard: ``RUN/scans.csv``
+    (split, ids, content hashes), or the subject ids of ``RUN/splits.csv`` for a run made
+    before that record existed."""
+    import pandas as pd
+
+    from adni_pu.cohort.leakage import RUN_RECORD
+
+    if (run_dir / RUN_RECORD).is_file():
+        return pd.read_csv(run_dir / RUN_RECORD, dtype=str, keep_default_na=False)
+    splits = pd.read_csv(run_dir / "splits.csv", dtype={"subject_id": str})
+    return splits[["subject_id", "split"]]
 
 
 def run_nn_correction(run_dir: Path) -> dict[str, Any] | None:

@@ -19,15 +19,20 @@ from adni_pu.pu.metrics import sigmoid
 from adni_pu.workflows.train import load_run, score_dataset
 
 
-def on_model_grid(path: str | Path, data: VolumeDataConfig) -> bool:
-    """Whether a NIfTI file is already on the model grid (shape and affine, after RAS)."""
+def on_model_grid(source: str | Path | Any, data: VolumeDataConfig) -> bool:
+    """Whether a NIfTI file (a path, or its nibabel image) is already on the model grid: its
+    first three axes' shape and its affine, after RAS reorientation, from the header alone.
+    A 4D file on the grid counts (the input check then refuses it with its reason)."""
     import nibabel as nib
 
-    img = nib.as_closest_canonical(nib.load(str(path)))
-    if tuple(img.shape[:3]) != tuple(data.grid_shape):
+    from adni_pu.data.grid_check import canonical_affine, canonical_shape
+
+    img = nib.load(str(source)) if isinstance(source, (str, Path)) else source
+    if len(img.shape) < 3 or canonical_shape(img) != tuple(data.grid_shape):
         return False
     expected = data.grid_affine()
-    return bool(np.allclose(img.affine, expected, atol=1e-3 * abs(expected[0, 0]) + 1e-4))
+    return bool(np.allclose(canonical_affine(img), expected,
+                            atol=1e-3 * abs(expected[0, 0]) + 1e-4))
 
 
 def preprocess_folder(work: Path, scan: Path) -> Path:
@@ -42,9 +47,33 @@ def preprocess_folder(work: Path, scan: Path) -> Path:
     return work / f"{name or 'scan'}-{digest}"
 
 
+#: The columns of the predictions table, in order; an existing file with exactly this header
+#: is an earlier table, which ``--out`` may replace.
+PREDICTION_COLUMNS: tuple[str, ...] = ("scan", "status", "model_input", "probability", "logit",
+                                       "prediction", "error")
+
+
+def table_columns(path: Path) -> list[str] | None:
+    """The header row of the CSV at ``path`` ([] for an empty file), or None when its start
+    is not text (a model, a volume)."""
+    import csv
+
+    with open(path, "rb") as handle:
+        first = handle.readline(1 << 16)
+    try:
+        text = first.decode("utf-8-sig").strip("\r\n")
+    except UnicodeDecodeError:
+        return None
+    if not text.isprintable():  # control characters: a binary file
+        return None
+    return next(csv.reader([text]), []) if text else []
+
+
 def check_table_out(out: Path, inputs: list[Path]) -> None:
-    """Refuse a table path that would overwrite an input scan or any file that is not a
-    CSV (a model, a volume): predict writes its table there whole."""
+    """Refuse a table path that is an input scan or an existing file other than an earlier
+    predictions table (recognised by its header, :data:`PREDICTION_COLUMNS`) or an empty
+    file: predict replaces the file whole, and a run's ``splits.csv``, a cohort manifest or
+    a preprocessing ``summary.csv`` must never be lost to a mistyped ``--out``."""
     from adni_pu.errors import OutputError
     from adni_pu.fileio import same_file_as
 
@@ -52,9 +81,19 @@ def check_table_out(out: Path, inputs: list[Path]) -> None:
     if same_file_as(out, {str(p): p for p in inputs}) is not None:
         raise OutputError(f"--out {out}: is one of the input scans; expected a new path for "
                           "the predictions table (CSV)")
-    if target.exists() and (not target.is_file() or target.suffix.lower() != ".csv"):
-        raise OutputError(f"--out {out}: exists and is not a CSV file; expected a new path "
-                          "or an earlier predictions table (.csv)")
+    if not target.exists():
+        return
+    expected = "expected a new path or an earlier predictions table"
+    if not target.is_file():
+        raise OutputError(f"--out {out}: exists and is not a file; {expected}")
+    columns = table_columns(target)
+    if columns is None:
+        raise OutputError(f"--out {out}: exists and is not a CSV file; {expected}")
+    if columns and tuple(c.strip() for c in columns) != PREDICTION_COLUMNS:
+        shown = ", ".join(columns[:8]) + (", ..." if len(columns) > 8 else "")
+        raise OutputError(f"--out {out}: exists and is not a predictions table (its columns "
+                          f"are {shown}; a predictions table has {', '.join(PREDICTION_COLUMNS)})"
+                          f"; {expected}, nothing was changed")
 
 
 def _preprocess_raw(paths: list[Path], work: Path, prep_cfg: Any) -> dict[Path, dict]:
@@ -93,14 +132,19 @@ def predict_scans(run_dir: str | Path, scans: list[str | Path], out: str | Path 
     ``RUN/predictions/preprocessed``), with the settings recorded by the preprocessing run
     that made the training volumes (``RUN/preprocess_config.toml``) and one thread, so
     reruns give identical probabilities; without those settings raw scans are refused.
-    A missing or unreadable scan fails its own row (the reason in ``error``); when no scan
-    is usable the whole call is refused. Returns a DataFrame (one row per input: ``scan,
-    status, model_input, probability, logit, prediction, error``) and writes it to
-    ``out`` when given.
+    Every model input passes the model-grid input check (:mod:`adni_pu.data.grid_check`:
+    one 3D volume of the grid, finite, not constant). A scan that is missing, unreadable,
+    fails preprocessing or the input check fails its own row (``status`` failed or the
+    preprocessing status, the reason in ``error``, no probability) and the others are still
+    scored; when no scan is usable at all the whole call is refused. Returns a DataFrame (one
+    row per input: :data:`PREDICTION_COLUMNS`) and writes it to ``out`` when given.
     """
     import pandas as pd
 
+    from adni_pu.data.grid_check import spatial_problem
+    from adni_pu.data.integrity import inspect_nifti
     from adni_pu.data.volumes import build_volume_dataset
+    from adni_pu.errors import AdniPuError
 
     run_dir = Path(run_dir)
     paths = [Path(s) for s in scans]
@@ -116,12 +160,15 @@ def predict_scans(run_dir: str | Path, scans: list[str | Path], out: str | Path 
             rows.append({"scan": str(p), "status": "failed", "model_input": "",
                          "error": f"{p}: not found"})
             continue
-        try:
-            ready = p.is_file() and on_model_grid(p, cfg.data)
-        except Exception as exc:  # noqa: BLE001 - an unreadable file is that scan's failure
-            rows.append({"scan": str(p), "status": "failed", "model_input": "",
-                         "error": " ".join(f"{p}: cannot read: {exc}".split())})
-            continue
+        ready = False
+        if not p.is_dir():  # a folder is a raw DICOM series
+            img, why = inspect_nifti(p)  # the header alone: nothing is read into memory yet
+            if why is None and (ready := on_model_grid(img, cfg.data)):
+                why = spatial_problem(img, cfg.data.grid_shape)  # e.g. a 4D series
+            if why is not None:
+                rows.append({"scan": str(p), "status": "failed", "model_input": "",
+                             "error": " ".join(f"{p}: {why}".split())})
+                continue
         rows.append({"scan": str(p), "status": "model-grid" if ready else "raw",
                      "model_input": str(p) if ready else "", "error": ""})
         if not ready:
@@ -151,21 +198,23 @@ def predict_scans(run_dir: str | Path, scans: list[str | Path], out: str | Path 
     usable = [i for i, r in enumerate(rows) if r["model_input"]]
     for r in rows:
         r.update(probability=float("nan"), logit=float("nan"), prediction="")
-    if usable:
-        frame = pd.DataFrame({
-            "subject_id": [f"scan{i}" for i in usable], "session_id": "",
-            "scan_path": [rows[i]["model_input"] for i in usable], "pu_label": 0,
-            "truth": float("nan"), "split": "predict"})
-        dataset = build_volume_dataset(frame, "predict", cfg.data, train=False)
-        # one scan a batch: a scan's probability must not depend on the other scans given
+    for i in usable:
+        # each scan its own dataset and batch: one scan refused by the input check fails its
+        # own row only, and a scan's probability never depends on the other scans given
         # (batched CPU convolutions differ in the last digits with the batch's make-up)
-        logits = score_dataset(model, dataset, 1)
-        for i, lg in zip(usable, logits):
-            prob = float(sigmoid(np.asarray(lg, dtype=np.float64)))
-            rows[i].update(probability=prob, logit=float(lg),
-                           prediction="amyloid-positive" if prob > 0.5 else "amyloid-negative")
-    table = pd.DataFrame(rows, columns=["scan", "status", "model_input", "probability",
-                                        "logit", "prediction", "error"])
+        frame = pd.DataFrame({
+            "subject_id": [f"scan{i}"], "session_id": "", "scan_path": [rows[i]["model_input"]],
+            "pu_label": 0, "truth": float("nan"), "split": "predict"})
+        try:
+            lg = float(score_dataset(model, build_volume_dataset(
+                frame, "predict", cfg.data, train=False), 1)[0])
+        except AdniPuError as exc:  # the model-grid input check: this scan's failure
+            rows[i].update(status="failed", error=" ".join(str(exc).split()))
+            continue
+        prob = float(sigmoid(np.asarray(lg, dtype=np.float64)))
+        rows[i].update(probability=prob, logit=lg,
+                       prediction="amyloid-positive" if prob > 0.5 else "amyloid-negative")
+    table = pd.DataFrame(rows, columns=list(PREDICTION_COLUMNS))
     if out is not None:
         atomic_write_text(out, table.to_csv(index=False))
     return table

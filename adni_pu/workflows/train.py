@@ -18,6 +18,8 @@ Run folder::
       volume_config.toml        resolved settings (rerun with --config RUN/volume_config.toml)
       run.json                  manifest path and sha256, prior and its source, counts, boxes
       splits.csv                subject_id, split, n_scans, pu_label, truth_known
+      scans.csv                 the train and val scans: canonical subject id, resolved file,
+                                sha256 (evaluate's leakage guard, adni_pu.cohort.leakage)
       hippocampus_boxes.json    the hippocampus boxes used by the data pipeline
       preprocess_config.toml    copy of the preprocessing settings of the volumes (if found)
       val_predictions.csv       the selected model on the validation scans
@@ -39,6 +41,7 @@ from adni_pu import config as cfgmod
 from adni_pu.data.volumes import VolumeDataConfig
 from adni_pu.errors import ConfigError, ResumeError, VolumeRunError
 from adni_pu.fileio import atomic_write_text, check_out_dir, sha256_file
+from adni_pu.locking import holding_output_lock
 from adni_pu.pu.config import TrainConfig
 from adni_pu.pu.metrics import sigmoid
 
@@ -69,12 +72,13 @@ class VolumeTrainConfig:
     training subjects with known truth."""
     scheme: str = "censoring"
     """PU scheme: "censoring" (U = unlabelled subjects, right for ADNI) or "case-control"."""
-    bootstrap: int = 1000
+    bootstrap: int = cfgmod.bounded(1000, ge=0)
     """Bootstrap resamples for the CIs of ``adni-pu evaluate``."""
     train: TrainConfig = field(default_factory=_default_train)
     data: VolumeDataConfig = field(default_factory=VolumeDataConfig)
 
     def __post_init__(self) -> None:
+        cfgmod.check_ranges(self)
         if isinstance(self.prior, str) and self.prior != "cohort":
             raise ConfigError(f"prior: expected a number in (0, 1) or 'cohort', found "
                              f"{self.prior!r}")
@@ -86,8 +90,6 @@ class VolumeTrainConfig:
         if self.train.model != "cnn3d" and not self.train.model_args:
             raise ConfigError(f"train.model={self.train.model!r}: volumes need 'cnn3d' (or a "
                              "model taking the brain/hipp_l/hipp_r dict, with model_args)")
-        if self.bootstrap < 0:
-            raise ConfigError(f"bootstrap: expected >= 0, found {self.bootstrap}")
         if self.train.model == "cnn3d":  # the network's input sizes follow the pipeline's
             args = self.train.model_args
             brain = args.get("brain_size", self.data.brain_size)
@@ -261,12 +263,13 @@ def _scan_paths(frame: Any, base: Path) -> list[Path]:
 
 def _datasets(frame: Any, base: Path, cfg: VolumeTrainConfig, splits: tuple[str, ...]
               ) -> dict[str, Any]:
-    from adni_pu.data.volumes import VolumeDataset, build_volume_dataset
+    from adni_pu.data.volumes import VolumeDataset, build_volume_dataset, check_all_items
 
     out: dict[str, Any] = {}
     for split in splits:
         augmented = split == "train"
         ds = build_volume_dataset(frame, split, cfg.data, train=augmented, base_dir=base)
+        check_all_items(ds)  # every volume's input check before the run folder is made
         out[split] = ds
         if augmented:  # the same cached items, without augmentation, for scoring
             out["train_eval"] = VolumeDataset(ds.base, ds.frame, cfg.data, train=False)
@@ -341,22 +344,24 @@ def _fingerprint(cfg: VolumeTrainConfig) -> dict[str, Any]:
     return data
 
 
+@holding_output_lock("train", "out")  # one process per run folder (adni_pu.locking)
 def train_volumes(manifest: str | Path, config: VolumeTrainConfig, out: str | Path,
                   log: Any = None) -> Any:
     """Train on the manifest's train split, select on val; write the run folder ``out``.
 
-    Rerunning with the same settings resumes from ``out/checkpoints/last.pt``. Under
+    Rerunning with the same settings resumes from ``out/checkpoints/last.pt``. A run that
+    fails before its first epoch ends leaves no run folder (when it made the folder), and
+    a folder with no finished epoch is reused by any rerun (:func:`finished_work`). Under
     torchrun (``WORLD_SIZE > 1``) every process trains its share and rank 0 writes.
     Returns the trainer's :class:`~adni_pu.pu.trainer.FitResult`.
     """
-    import pandas as pd
-
     from adni_pu import distributed
-    from adni_pu.cohort import check_manifest_splits
+    from adni_pu.cohort.leakage import check_manifest_leakage
 
     config = with_derived_values(config)
-    from adni_pu.data.volumes import collate_volumes, save_hippocampus_boxes
-    from adni_pu.pu.trainer import Trainer
+    from adni_pu.pu.device_data import resolve_device
+
+    resolve_device(config.train.device, "train.device")  # no GPU: one line, before any work
 
     if config.train.threads > 0:
         import torch
@@ -365,25 +370,51 @@ def train_volumes(manifest: str | Path, config: VolumeTrainConfig, out: str | Pa
     out = check_out_dir(out, "the run folder")
     mpath = _manifest_path(manifest)
     frame = _read_manifest(mpath)
-    check_manifest_splits(frame)
     from adni_pu.data.integrity import check_volume_files
 
-    # a truncated scan is refused here, before the run folder exists
+    # every scan's header is checked here (missing, a folder, not NIfTI, truncated, not 3D,
+    # not the grid) and its intensities when the datasets are built: before the run folder
     used = frame[frame["split"].isin(["train", "val"])]
-    check_volume_files(_scan_paths(used, mpath.parent), mpath)
+    check_volume_files(_scan_paths(used, mpath.parent), mpath,
+                       config.data.grid_shape if config.data.check_grid else None)
+    # each subject (by canonical id) and each scan's content in one split, every pair of
+    # splits: before the run folder is written
+    scans = check_manifest_leakage(frame, mpath.parent, mpath)
     sha = sha256_file(mpath)
     previous = out / "run.json"
     if previous.is_file():
         old = _read_json(previous)
-        if old.get("manifest_sha256") != sha or old.get("settings") != _fingerprint(config):
-            raise ResumeError(f"{out} holds a run of another manifest or other settings; use "
-                              "a new run folder (or delete this one)")
+        done = finished_work(out)
+        if done and (old.get("manifest_sha256") != sha
+                     or old.get("settings") != _fingerprint(config)):
+            raise ResumeError(
+                f"{out} holds a run of another manifest or other settings ({done}); use a new "
+                "run folder (or delete this one). A run folder with no finished epoch (no "
+                "checkpoint, no best_model.pt, no row in metrics.csv) is reused by any rerun")
     run = None
     if distributed.is_distributed_env():
         from adni_pu.pu.device_data import resolve_device
 
         cuda = resolve_device(config.train.device).type == "cuda"
         run = distributed.init_from_env("nccl" if cuda else "gloo")
+    is_main = run is None or run.rank == 0
+    try:
+        return _train(frame, mpath, sha, scans, config, out, run, log, previous)
+    except BaseException:
+        if is_main:
+            remove_unfinished_run(out)
+        raise
+
+
+def _train(frame: Any, mpath: Path, sha: str, scans: Any, config: VolumeTrainConfig,
+           out: Path, run: Any, log: Any, previous: Path) -> Any:
+    """:func:`train_volumes` once its inputs are checked: write the run folder and fit."""
+    import pandas as pd
+
+    from adni_pu.cohort.leakage import RECORD_COLUMNS, RUN_RECORD
+    from adni_pu.data.volumes import collate_volumes, save_hippocampus_boxes
+    from adni_pu.pu.trainer import Trainer
+
     is_main = run is None or run.rank == 0
     data, prior_info = build_pu_data(frame, mpath.parent, config)
     trainer = Trainer(config.train, data, out, collate=collate_volumes, log=log,
@@ -397,6 +428,8 @@ def train_volumes(manifest: str | Path, config: VolumeTrainConfig, out: str | Pa
             split=("split", "first"), n_scans=("scan_path", "size"),
             pu_label=("pu_label", "max"), truth_known=("truth", lambda t: bool(t.notna().any())))
         atomic_write_text(out / "splits.csv", per.reset_index().to_csv(index=False))
+        seen = scans[scans["split"].isin(["train", "val"])]  # for evaluate's leakage guard
+        atomic_write_text(out / RUN_RECORD, seen[list(RECORD_COLUMNS)].to_csv(index=False))
         prep = _find_preprocess_config(_scan_paths(frame, mpath.parent))
         if prep is not None:
             atomic_write_text(out / "preprocess_config.toml", prep.read_text())
@@ -424,6 +457,44 @@ def train_volumes(manifest: str | Path, config: VolumeTrainConfig, out: str | Pa
         run.barrier()
     return fit
 
+
+def finished_work(run_dir: Path) -> str:
+    """What a run folder holds of finished training (``""`` when nothing): a checkpoint,
+    a selected model or epoch rows in metrics.csv.
+
+    A folder with none of them is the leftover of a run that failed before its first
+    epoch ended; any rerun may reuse it (its files are rewritten), whatever its settings.
+    """
+    from adni_pu.pu.checkpoint import LAST
+
+    found = [str(name) for name in (LAST, "best_model.pt") if (run_dir / name).exists()]
+    metrics = run_dir / "metrics.csv"
+    if metrics.is_file():
+        with open(metrics, "rb") as handle:
+            rows = sum(1 for line in handle if line.strip()) - 1
+        if rows > 0:
+            found.append(f"{rows} epoch row(s) in metrics.csv")
+    return ", ".join(found)
+
+
+def remove_unfinished_run(run_dir: Path) -> None:
+    """After a failed train: remove the run folder's files when this command created the
+    folder and no epoch finished, so the failure leaves nothing behind and a rerun starts
+    clean. A folder that existed before the command is never removed (nor its files), and
+    nor is one that holds finished work (:func:`finished_work`)."""
+    import shutil
+
+    from adni_pu.locking import LOCK_NAME, created_by_this_command
+
+    if not run_dir.is_dir() or not created_by_this_command(run_dir) or finished_work(run_dir):
+        return
+    for entry in run_dir.iterdir():
+        if entry.name.startswith(LOCK_NAME.removesuffix(".lock")):
+            continue  # the lock's own file: released, with the empty folder, by the lock
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
 
 
 # --------------------------------------------------------------------------- loading a run
