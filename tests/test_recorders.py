@@ -175,3 +175,17 @@ def test_metrics_csv_appends_rows_and_rewrites_only_for_new_columns_or_a_new_fit
     resumed.epoch_end(trainer, row)
     assert path.read_text() == expected(trainer.history)
     assert [r["epoch"] for r in read_metrics_csv(path)] == ["0", "1", "2"]
+
+
+def test_curves_have_only_panels_with_data(tmp_path):
+    from adni_pu.pu.plots import curve_panels, plot_training
+
+    history = [{"epoch": e, "train/model/loss": 1.0 / (e + 1), "val/model/pu_risk": 0.5,
+                "val/model/pn_accuracy": float("nan")} for e in range(3)]
+    titles = [title for title, _ in curve_panels(history, "pu_risk")]
+    assert titles == ["training loss", "validation pu_risk (selection criterion)"]
+    assert plot_training(history, tmp_path, "pu_risk") == [tmp_path / "curves.png"]
+    tracked = [{**row, "test_diagnostic/model/accuracy": 0.9} for row in history]
+    assert [t for t, _ in curve_panels(tracked, "pu_risk")][-1] == \
+        "accuracy (test: diagnostic only)"
+    assert plot_training([{"epoch": 0}], tmp_path / "none", "pu_risk") == []

@@ -25,8 +25,32 @@ def _save(fig: Any, path: Path) -> None:
     atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight"))
 
 
+def curve_panels(history: list[dict[str, Any]], criterion: str
+                 ) -> list[tuple[str, list[tuple[list[int], list[float], str]]]]:
+    """The panels of ``curves.png`` that have data: ``(title, [(epochs, values, label)])``
+    for the training loss, the validation selection criterion and the accuracies (the test
+    split's only where a run tracked it, as a diagnostic)."""
+    keys = sorted({k for row in history for k in row})
+    panels: list[tuple[str, list[tuple[list[int], list[float], str]]]] = [
+        ("training loss", []), (f"validation {criterion} (selection criterion)", []), ("", [])]
+    for key in keys:
+        if key.startswith("train/") and key.endswith("/loss"):
+            panels[0][1].append((*_series(history, key), key.split("/")[1]))
+        if key.startswith("val/") and key.endswith(f"/{criterion}"):
+            panels[1][1].append((*_series(history, key), key.split("/")[1]))
+        if key.startswith("test_diagnostic/") or (key.startswith("val/")
+                                                   and key.endswith("/pn_accuracy")):
+            panels[2][1].append((*_series(history, key), key.replace("_diagnostic", "")))
+    tested = any(label.startswith("test/") for _, _, label in panels[2][1])
+    panels[2] = ("accuracy (test: diagnostic only)" if tested else "validation accuracy",
+                 panels[2][1])
+    return [(title, [s for s in series if s[0]]) for title, series in panels
+            if any(xs for xs, _, _ in series)]
+
+
 def plot_training(history: list[dict[str, Any]], run_dir: Path, criterion: str) -> list[Path]:
-    """Write ``curves.png`` (and ``trusted_set.png`` for Self-PU runs) into ``run_dir``."""
+    """Write ``curves.png`` (and ``trusted_set.png`` for Self-PU runs) into ``run_dir``;
+    ``curves.png`` has one panel per :func:`curve_panels` entry (none without data)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -36,25 +60,18 @@ def plot_training(history: list[dict[str, Any]], run_dir: Path, criterion: str) 
         return []
     keys = sorted({k for row in history for k in row})
     written = []
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-    for key in keys:
-        if key.startswith("train/") and key.endswith("/loss"):
-            axes[0].plot(*_series(history, key), label=key.split("/")[1])
-        if key.startswith("val/") and key.endswith(f"/{criterion}"):
-            axes[1].plot(*_series(history, key), label=key.split("/")[1])
-        if key.startswith("test_diagnostic/") or (key.startswith("val/")
-                                                   and key.endswith("/pn_accuracy")):
-            axes[2].plot(*_series(history, key), label=key.replace("_diagnostic", ""))
-    axes[0].set_title("training loss")
-    axes[1].set_title(f"validation {criterion} (selection criterion)")
-    axes[2].set_title("accuracy (test: diagnostic only)")
-    for ax in axes:
-        ax.set_xlabel("epoch")
-        if ax.lines:
+    panels = curve_panels(history, criterion)
+    if panels:
+        fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
+        for ax, (title, series) in zip(axes[0], panels):
+            for xs, ys, label in series:
+                ax.plot(xs, ys, label=label)
+            ax.set_title(title)
+            ax.set_xlabel("epoch")
             ax.legend(fontsize=7)
-    _save(fig, run_dir / "curves.png")
-    plt.close(fig)
-    written.append(run_dir / "curves.png")
+        _save(fig, run_dir / "curves.png")
+        plt.close(fig)
+        written.append(run_dir / "curves.png")
     size_keys = [k for k in keys if k.startswith("trusted/") and k.endswith("/size")]
     if size_keys:
         fig, axes = plt.subplots(1, 2, figsize=(10, 4))
