@@ -22,7 +22,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from benchmarks.integrity_probes import REPO, Probe
+from benchmarks.integrity_probes import REPO, Probe, table_rows
 
 GROUPS = ("inputs", "preprocessing", "sharing", "training")
 
@@ -90,10 +90,7 @@ def main() -> None:
                  f"`python -m benchmarks.hostile_probes` on {before['commit']} (before) and "
                  f"{commit} (after), 2-core CPU; each probe runs in a fresh temporary folder.",
                  "", "| finding | before | after |", "|---|---|---|"]
-        for name, _ in probes():
-            cells = [before["results"].get(name, "-"), results.get(name, "-")]
-            lines.append(f"| {name} | " + " | ".join(c.replace("|", "/") for c in cells)
-                         + " |")
+        lines += table_rows([name for name, _ in probes()], before["results"], results)
         args.out.write_text("\n".join(lines) + "\n")
         print(f"wrote {args.out}")
 

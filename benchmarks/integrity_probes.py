@@ -206,6 +206,13 @@ def demo_epochs(p: Probe) -> str:
         return "still running after 60 s (the cohort was being generated)"
 
 
+def table_rows(names: list[str], before: dict[str, str], after: dict[str, str]) -> list[str]:
+    """The Markdown rows ``| probe | before | after |`` of a probe table ("-": not run)."""
+    return [f"| {name} | " + " | ".join(c.replace("|", "/") for c in
+                                        (before.get(name, "-"), after.get(name, "-"))) + " |"
+            for name in names]
+
+
 PROBES: list[tuple[str, Callable[[Probe], str]]] = [
     ("1 preprocess: a scan replaced at the same path", replaced_scan),
     ("7 preprocess: a second input into the same output", second_input),
@@ -250,10 +257,7 @@ def main() -> None:
                  f"{commit} (after), 2-core CPU; each probe runs in a fresh temporary folder. "
                  "Cohort-table probes: `issue25-probes-cohort.md`.", "",
                  "| defect | before | after |", "|---|---|---|"]
-        for name, _ in PROBES:
-            cells = [before["results"].get(name, "-"), results[name]]
-            lines.append(f"| {name} | " + " | ".join(c.replace("|", "/") for c in cells)
-                         + " |")
+        lines += table_rows([name for name, _ in PROBES], before["results"], results)
         args.out.write_text("\n".join(lines) + "\n")
         print(f"wrote {args.out}")
 
