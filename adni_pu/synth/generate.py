@@ -52,7 +52,9 @@ def _save(array: np.ndarray, affine: np.ndarray, path: Path, units: str = "mm") 
     nib.save(img, str(path))
 
 
-def _table_rows(subject: Subject) -> list[dict]:
+def clinical_rows(subject: Subject) -> list[dict]:
+    """The subject's ADNIMERGE-style rows, one per visit (the generator's table; the demo's
+    composition check builds a cohort from them before any scan exists)."""
     rows = []
     for v in subject.visits:
         rows.append({
@@ -106,7 +108,7 @@ def generate_cohort(out_dir: str | Path, n_subjects: int = 20, seed: int = 0,
 
         iterator = tqdm(subjects, desc="synth subjects", unit="subject")
     for subject in iterator:
-        table.extend(_table_rows(subject))
+        table.extend(clinical_rows(subject))
         truth.append({
             "subject_id": subject.ptid, "RID": subject.rid,
             "participant_id": f"sub-{subject.bids_label}",

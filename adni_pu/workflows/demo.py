@@ -278,12 +278,12 @@ def synthetic_manifest(settings: DemoSettings, n_subjects: int) -> tuple[Any, li
 
     from adni_pu.cohort import build_cohort, load_cohort_config, read_manifest, write_manifest
     from adni_pu.synth import SynthConfig
-    from adni_pu.synth.generate import _table_rows
+    from adni_pu.synth.generate import clinical_rows
     from adni_pu.synth.subjects import make_subjects
 
     synth_cfg = cfgmod.from_dict(SynthConfig, dict(settings.synth))
     subjects = make_subjects(n_subjects, settings.seed, synth_cfg)
-    clinical = pd.DataFrame([row for s in subjects for row in _table_rows(s)])
+    clinical = pd.DataFrame([row for s in subjects for row in clinical_rows(s)])
     scans = pd.DataFrame([{"subject_id": s.bids_label, "session_id": v.bids_session,
                            "status": "done", "preprocessed_path":
                            f"sub-{s.bids_label}_ses-{v.bids_session}_T1w.nii.gz"}
