@@ -117,7 +117,7 @@ def bids_name(p: Probe) -> str:
 head('flat/sub-colin27_T1w.nii.gz', 4)
 from adni_pu.preprocessing.io import discover_scans
 s = discover_scans('flat')[0]
-print(f'subject {s.subject_id!r}, folder {s.out_dir("OUT").parent.name}/')
+print(f'subject {s.subject_id!r}, folder {s.out_dir("OUT").parents[1].name}/')
 """)
     return _last(r.stdout) or _last(r.stderr)
 
@@ -141,7 +141,7 @@ def _trained(p: Probe) -> Path:
 def predict_out(p: Probe) -> str:
     """6. predict --out pointing at the input scan."""
     run = _trained(p)
-    scan = p.work / "cohort" / "vol" / "sub-15_ses-bl_T1w_preproc.nii"
+    scan = p.work / "cohort" / "vol" / "sub-15_ses-bl_desc-preproc_T1w.nii"
     shutil.copy(scan, p.work / "scan.nii")
     r = p.cli("predict", str(run), "scan.nii", "--out", "scan.nii")
     head = (p.work / "scan.nii").read_bytes()[:20]
@@ -154,7 +154,7 @@ def truncated_train(p: Probe) -> str:
     """8. train on a manifest with one truncated scan."""
     _trained(p)
     shutil.copytree(p.work / "cohort", p.work / "cohort2")
-    vol = p.work / "cohort2" / "vol" / "sub-3_ses-bl_T1w_preproc.nii"
+    vol = p.work / "cohort2" / "vol" / "sub-3_ses-bl_desc-preproc_T1w.nii"
     vol.write_bytes(vol.read_bytes()[: vol.stat().st_size // 2])
     overrides = p.py(TINY + "print('\\n'.join(tiny_overrides(1)))").stdout.split("\n")
     r = p.cli("train", "cohort2/manifest.csv", "run2", "--preset", "naive",

@@ -58,12 +58,19 @@ def _variants(workdir: Path) -> dict[str, tuple[Path, dict]]:
     return out
 
 
+def _outputs(out: Path, subject: str) -> dict[str, Path]:
+    """The output paths of ``subject``'s scan (session 01) under ``out``."""
+    from adni_pu.preprocessing import Scan, output_paths
+
+    return output_paths(Scan(subject, "01", Path(subject)), out)
+
+
 def _masks(out: Path, subject: str) -> tuple[np.ndarray, np.ndarray]:
     import nibabel as nib
 
-    base = out / f"sub-{subject}/ses-01/sub-{subject}_ses-01_"
-    b = nib.load(str(base) + "brainmask_native.nii.gz")
-    c = nib.load(str(base) + "cerebellum_native.nii.gz")
+    paths = _outputs(out, subject)
+    b = nib.load(str(paths["brainmask_native"]))
+    c = nib.load(str(paths["cerebellum_native"]))
     # bring back to ch2's voxel order through the world (they only differ by axis order)
     cb = nib.as_closest_canonical(b).get_fdata() > 0
     cc = nib.as_closest_canonical(c).get_fdata() > 0
@@ -123,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     for scan, (name, _) in zip(scans, variants.items()):
         row = summary1[summary1.subject_id == scan.subject_id].iloc[0]
         sid = scan.subject_id
-        side = json.loads((out1 / f"sub-{sid}/ses-01/sub-{sid}_ses-01_sidecar.json").read_text())
+        side = json.loads(_outputs(out1, sid)["sidecar"].read_text())
         entry = {"status": row.status, "seconds_wall": float(row.seconds),
                  "timings_s": side.get("timings_s"), "cpu_seconds": side.get("cpu_seconds"),
                  "qc": side.get("qc")}
@@ -164,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         if alt.status[0] == "done":
             b, c = _masks(out3, scans[0].subject_id)
             sid = scans[0].subject_id
-            side = json.loads((out3 / f"sub-{sid}/ses-01/sub-{sid}_ses-01_sidecar.json").read_text())
+            side = json.loads(_outputs(out3, sid)["sidecar"].read_text())
             entry.update(
                 brain_dice_vs_ch2bet=round(_dice(b, ref), 4),
                 cpu_seconds=side.get("cpu_seconds"), timings_s=side.get("timings_s"),

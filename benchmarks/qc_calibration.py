@@ -667,8 +667,11 @@ def recompute_mask_metrics(sidecar: Path, side: dict, run: Path, cfg) -> dict | 
     from adni_pu.preprocessing.n4 import head_mask, n4_correct
 
     scan = _input_of(side, run)
-    mask_path = sidecar.with_name(sidecar.name.replace("_sidecar.json",
-                                                       "_brainmask_native.nii.gz"))
+    if sidecar.name.endswith("_sidecar.json"):  # a run written before BIDS derivatives names
+        mask_path = sidecar.with_name(sidecar.name.replace("_sidecar.json",
+                                                           "_brainmask_native.nii.gz"))
+    else:
+        mask_path = sidecar.with_name(f"{side.get('scan_label')}_desc-brain_mask.nii.gz")
     if scan is None or not mask_path.is_file():
         return None
     raw, affine = pio.load_scan(scan, cfg.validation)
@@ -702,7 +705,8 @@ def synthetic_records(runs: list[Path], rescore: Path) -> list[dict]:
     out = []
     for run in runs:
         pre = run / "preprocessed"
-        sides = sorted(pre.glob("sub-*/ses-*/*_sidecar.json"))
+        sides = sorted([*pre.glob("sub-*/ses-*/anat/*_desc-preproc_T1w.json"),
+                        *pre.glob("sub-*/ses-*/*_sidecar.json")])  # and the earlier names
         if not sides:
             print(f"{pre}: no sidecars; skipped", file=sys.stderr)
             continue

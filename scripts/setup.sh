@@ -3,7 +3,8 @@
 # Every version comes from constraints.txt (pinned; docker/Dockerfile installs from the same
 # file). torch is installed first so CPU-only machines with a local CPU wheel get it, not a
 # CUDA download. deepbet is installed without its GUI dependency (customtkinter), which
-# adni-pu never uses.
+# adni-pu never uses. The dev extra brings the test tools, among them pybids and the official
+# BIDS validator (bids-validator-deno, with the deno runtime from PyPI; no Node needed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}

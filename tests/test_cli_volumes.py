@@ -67,7 +67,7 @@ def test_evaluate_refuses_validation_subjects(app, trained):
 
 
 def test_predict_writes_csv(app, trained, tmp_path):
-    scan = trained["manifest"].parent / "vol" / "sub-16_ses-bl_T1w_preproc.nii"
+    scan = trained["manifest"].parent / "vol" / "sub-16_ses-bl_desc-preproc_T1w.nii"
     out = tmp_path / "pred.csv"
     result = CliRunner().invoke(app, ["predict", str(trained["run"]), str(scan), "--out",
                                       str(out)])

@@ -43,7 +43,7 @@ def run(cohort: Path) -> Path:
 
 
 def _grid_scan(cohort: Path, index: int = 15) -> tuple[np.ndarray, np.ndarray]:
-    img = nib.load(str(cohort.parent / "vol" / f"sub-{index}_ses-bl_T1w_preproc.nii"))
+    img = nib.load(str(cohort.parent / "vol" / f"sub-{index}_ses-bl_desc-preproc_T1w.nii"))
     return np.asarray(img.dataobj, dtype=np.float32), img.affine
 
 
@@ -71,7 +71,7 @@ def test_predict_fails_broken_model_grid_volumes_alone_and_scores_the_rest(
     from adni_pu.workflows.predict import predict_scans
 
     data, affine = _grid_scan(cohort)
-    good = cohort.parent / "vol" / "sub-15_ses-bl_T1w_preproc.nii"
+    good = cohort.parent / "vol" / "sub-15_ses-bl_desc-preproc_T1w.nii"
     nan = data.copy()
     nan[60, 70, 60] = np.nan
     scans = [_save(tmp_path / "nan.nii.gz", nan, affine),
@@ -103,7 +103,7 @@ def test_predict_fails_broken_model_grid_volumes_alone_and_scores_the_rest(
 
 def test_predict_out_replaces_only_a_predictions_table(cohort: Path, run: Path,
                                                        tmp_path: Path) -> None:
-    scan = cohort.parent / "vol" / "sub-16_ses-bl_T1w_preproc.nii"
+    scan = cohort.parent / "vol" / "sub-16_ses-bl_desc-preproc_T1w.nii"
     summary = tmp_path / "summary.csv"
     summary.write_text("subject_id,session_id,status\nA,bl,done\n")
     other = tmp_path / "notes.csv"
@@ -137,7 +137,7 @@ def _manifest_with(cohort: Path, tmp_path: Path, scan: Path, replaced: int = 3) 
     training scan) replaced by ``scan``."""
     frame = pd.read_csv(cohort, dtype=str)
     frame["scan_path"] = [str(cohort.parent / p) for p in frame["scan_path"]]
-    frame.loc[frame["scan_path"].str.endswith(f"/sub-{replaced}_ses-bl_T1w_preproc.nii"),
+    frame.loc[frame["scan_path"].str.endswith(f"/sub-{replaced}_ses-bl_desc-preproc_T1w.nii"),
               "scan_path"] = str(scan)
     path = tmp_path / "manifest.csv"
     frame.to_csv(path, index=False)
@@ -226,7 +226,7 @@ def test_evaluate_and_volume_features_use_the_same_check(cohort: Path, run: Path
     assert not (run / "evaluation").exists()
     with pytest.raises(ManifestError, match="zero.nii.gz: expected an image, found a constant"):
         volume_features([zero])
-    assert read_model_grid(cohort.parent / "vol" / "sub-3_ses-bl_T1w_preproc.nii",
+    assert read_model_grid(cohort.parent / "vol" / "sub-3_ses-bl_desc-preproc_T1w.nii",
                            (121, 145, 121)).shape == (121, 145, 121)
 
 

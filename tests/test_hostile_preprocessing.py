@@ -180,8 +180,8 @@ def _fake_steps(calls: list):
 def _earlier_outputs(out: Path, subject: str = "s1") -> dict[str, Path]:
     """A scan's outputs as an earlier run left them (each file holds its own name)."""
     paths = output_paths(Scan(subject, "01", out / "x.nii.gz"), out)
-    paths["sidecar"].parent.mkdir(parents=True)
     for path in paths.values():
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(path.name.encode())
     return paths
 

@@ -51,10 +51,10 @@ def test_training_refuses_a_truncated_scan_before_making_the_run_folder(tmp_path
     from adni_pu.workflows.train import load_volume_config, train_volumes
 
     manifest = make_volume_cohort(tmp_path / "cohort")
-    scan = tmp_path / "cohort" / "vol" / "sub-3_ses-bl_T1w_preproc.nii"
+    scan = tmp_path / "cohort" / "vol" / "sub-3_ses-bl_desc-preproc_T1w.nii"
     scan.write_bytes(scan.read_bytes()[:100_000])
     cfg = load_volume_config(None, tiny_overrides(1), preset="naive")
-    with pytest.raises(ManifestError, match="sub-3_ses-bl_T1w_preproc.nii: expected"):
+    with pytest.raises(ManifestError, match="sub-3_ses-bl_desc-preproc_T1w.nii: expected"):
         train_volumes(manifest, cfg, tmp_path / "run")
     assert not (tmp_path / "run").exists()
 

@@ -54,14 +54,17 @@ def _fake_output(root: Path, label: str, volume: float, status: str = "done") ->
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    folder = root / f"sub-{label}/ses-01"
-    folder.mkdir(parents=True)
-    plt.imsave(folder / f"sub-{label}_ses-01_qc.png", np.random.default_rng(0).random((20, 30)))
+    from adni_pu.preprocessing.derivatives import scan_names
+
+    names = scan_names(label, "01", "1p5mm")
+    for kind in ("qc", "sidecar"):
+        (root / names[kind]).parent.mkdir(parents=True, exist_ok=True)
+    plt.imsave(root / names["qc"], np.random.default_rng(0).random((20, 30)))
     side = {"scan_label": f"sub-{label}_ses-01", "status": status, "error": "",
             "qc": {"brain_volume_ml": volume, "registration_similarity": 0.8,
                    "brain_fraction_of_head": 0.5, "cerebellum_fraction_of_brain": 0.1},
-            "outputs": {"qc": f"sub-{label}_ses-01_qc.png"}}
-    (folder / f"sub-{label}_ses-01_sidecar.json").write_text(json.dumps(side))
+            "outputs": {"qc": names["qc"]}}
+    (root / names["sidecar"]).write_text(json.dumps(side))
 
 
 def test_qc_contact_sheet_lists_outliers_first(tmp_path: Path) -> None:
@@ -80,7 +83,7 @@ def test_qc_contact_sheet_lists_outliers_first(tmp_path: Path) -> None:
 
 def test_qc_on_an_empty_folder_fails_clearly(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["qc", str(tmp_path)])
-    assert result.exit_code == 2 and "sidecar" in result.output
+    assert result.exit_code == 2 and "desc-preproc_T1w.json" in result.output
 
 
 def test_preprocess_into_an_existing_file_is_a_one_line_error(tmp_path: Path) -> None:

@@ -34,9 +34,11 @@ def test_colin27_full_pipeline_meets_the_targets(tmp_path: Path) -> None:
     summary = run_preprocessing([DATA / "ch2.nii.gz"], tmp_path, PreprocessConfig(),
                                 progress=False)
     assert list(summary.status) == ["done"], summary.error.tolist()
-    base = tmp_path / "sub-ch2/ses-01/sub-ch2_ses-01_"
-    brain = nib.load(f"{base}brainmask_native.nii.gz").get_fdata() > 0
-    cer = nib.load(f"{base}cerebellum_native.nii.gz").get_fdata() > 0
+    from adni_pu.preprocessing import Scan, output_paths
+
+    paths = output_paths(Scan("ch2", "01", DATA / "ch2.nii.gz"), tmp_path)
+    brain = nib.load(str(paths["brainmask_native"])).get_fdata() > 0
+    cer = nib.load(str(paths["cerebellum_native"])).get_fdata() > 0
     ref = nib.load(str(DATA / "ch2bet.nii.gz")).get_fdata() > 0
     aal = np.asarray(nib.load(str(DATA / "aal.nii.gz")).dataobj)
     dice = 2 * (brain & ref).sum() / (brain.sum() + ref.sum())

@@ -20,6 +20,7 @@ import pandas as pd
 import pytest
 
 N_SCANS = 8
+RECORDS = "sub-*/ses-*/anat/*_desc-preproc_T1w.json"  # each scan's record, written last
 
 _SCRIPT = """
 import sys
@@ -80,7 +81,7 @@ def _start(tmp_path: Path, workers: int) -> tuple[subprocess.Popen, Path]:
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     deadline = time.monotonic() + 90
-    while len(list(out.glob("sub-*/ses-*/*_sidecar.json"))) < 2:
+    while len(list(out.glob(RECORDS))) < 2:
         if proc.poll() is not None or time.monotonic() > deadline:
             _kill(proc)
             pytest.fail(f"no two scans finished: {proc.communicate()}")
@@ -131,16 +132,20 @@ def test_interrupt_stops_workers_and_writes_the_summary_of_finished_scans(
     assert _no_worker_left(children, within=2.0), "orphaned worker"
 
     summary = pd.read_csv(out / "summary.csv", dtype=str)
-    done = sorted(p.parent.parent.name for p in out.glob("sub-*/ses-*/*_sidecar.json"))
+    done = sorted(p.parents[2].name for p in out.glob(RECORDS))
     finished = summary[summary.status == "done"]
     assert len(finished) == 2 and len(summary) == N_SCANS
     assert set(summary.status) == {"done", "interrupted"}  # cut-short scans keep a row
     assert sorted("sub-" + finished.subject_id) == done
     # no half-written output: no temporary file, and every scan folder is complete or empty
     assert not list(out.rglob("*.tmp"))
-    for folder in out.glob("sub-*/ses-*"):
+    grid = "space-MNI152NLin2009aSym_res-1p5mm"
+    for folder in out.glob("sub-*/ses-*/anat"):
         names = {p.name.split("_", 2)[-1] for p in folder.iterdir()}
-        assert names in (set(), {"T1w_preproc.nii.gz", "qc.png", "sidecar.json"}), names
+        assert names in (set(), {f"{grid}_desc-preproc_T1w.nii.gz",
+                                 f"{grid}_desc-preproc_T1w.json"}), names
+        figure = folder.parents[1] / "figures" / f"{folder.parents[1].name}_ses-01_desc-qc_T1w.png"
+        assert figure.is_file() == bool(names), folder
 
 
 def test_workers_exit_when_the_main_process_is_killed(tmp_path: Path) -> None:

@@ -285,5 +285,5 @@ def test_colin27_with_a_header_flipped_front_to_back_fails_qc(tmp_path) -> None:
     nib.save(nib.Nifti1Image(np.asarray(img.dataobj), affine), str(path))
     row = preprocess_scan(path, tmp_path / "out", PreprocessConfig())
     assert row["status"] == "failed-qc", row
-    side = next((tmp_path / "out").glob("sub-*/ses-*/*_sidecar.json"))
+    side = next((tmp_path / "out").glob("sub-*/ses-*/anat/*_desc-preproc_T1w.json"))
     assert "template_end_coverage" in side.read_text()

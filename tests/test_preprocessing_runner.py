@@ -68,10 +68,13 @@ def test_run_writes_the_documented_layout(real_run) -> None:
     on_disk = pd.read_csv(out / "summary.csv")
     assert list(on_disk.status) == list(summary.status)
     assert (out / "preprocess_config.toml").is_file()
-    paths = output_paths(Scan("headA", "01", inputs / "headA.nii.gz"), out)
+    paths = output_paths(Scan("headA", "01", inputs / "headA.nii.gz"), out,
+                         load_config(None, FAST))
     for key in ("preproc", "brainmask_template", "brainmask_native", "cerebellum_template",
                 "cerebellum_native", "affine", "qc", "sidecar"):
         assert paths[key].is_file(), key
+    assert paths["preproc"].name == (
+        "sub-headA_ses-01_space-MNI152NLin2009aSym_res-3mm_desc-preproc_T1w.nii.gz")
     pre = nib.load(str(paths["preproc"]))
     assert pre.shape == (61, 73, 61)
     assert np.allclose(pre.affine[:3, :3], np.eye(3) * 3.0)
@@ -247,13 +250,17 @@ def test_implausible_masks_are_failed_qc_not_written(
 
     monkeypatch.setattr(ss, "skull_strip", fake_strip)
     scan = Scan("h", "1", small_head_file)
-    paths = output_paths(scan, tmp_path)
+    cfg = load_config(None, FAST)
+    paths = output_paths(scan, tmp_path, cfg)
+    other_grid = output_paths(scan, tmp_path, PreprocessConfig())["preproc"]
     paths["preproc"].parent.mkdir(parents=True)
-    paths["preproc"].write_bytes(b"stale result of an earlier run")
-    row = preprocess_scan(scan, tmp_path, load_config(None, FAST))
+    for stale in (paths["preproc"], other_grid):
+        stale.write_bytes(b"stale result of an earlier run")
+    row = preprocess_scan(scan, tmp_path, cfg)
     assert row["status"] == "failed-qc" and expected in row["error"]
     assert row["preprocessed_path"] == ""
     assert not paths["preproc"].exists()  # never left as if good
+    assert not other_grid.exists()  # nor one made on another grid
     side = json.loads(paths["sidecar"].read_text())
     assert side["status"] == "failed-qc" and paths["qc"].is_file()
 

@@ -239,7 +239,7 @@ def test_demo_scans_made_before_the_edge_offset_get_their_mask_metrics_recompute
     corrected, _ = n4_correct(head.data, spacing, cfg.n4, mask=head_mask(head.data))
     run = tmp_path / "demo-seed7"
     pre = run / "preprocessed"
-    folder = pre / "sub-X" / "ses-M000"
+    folder = pre / "sub-X" / "ses-M000" / "anat"
     folder.mkdir(parents=True)
     save(cfg, pre / "preprocess_config.toml")
     data, affine = qc_calibration._reorder(head.data, head.affine, "PIR")
@@ -247,12 +247,13 @@ def test_demo_scans_made_before_the_edge_offset_get_their_mask_metrics_recompute
     scan = tmp_path / "sub-X_ses-M000_T1w.nii.gz"
     nib.save(nib.Nifti1Image(data, affine), str(scan))
     nib.save(nib.Nifti1Image(mask.astype(np.uint8), affine),
-             str(folder / "sub-X_ses-M000_brainmask_native.nii.gz"))
+             str(folder / "sub-X_ses-M000_desc-brain_mask.nii.gz"))
     contrast = mask_edge_contrast(corrected, head.brain, spacing)
     qc = {"brain_volume_ml": 1500.0, "mask_edge_contrast": round(contrast, 4),
           "registration_similarity": 0.7, "template_mask_dice": 0.95,
           "template_end_coverage": 0.9, "registration_gain": -0.01}
-    (folder / "sub-X_ses-M000_sidecar.json").write_text(json.dumps({
+    (folder / "sub-X_ses-M000_space-MNI152NLin2009aSym_res-1p5mm_desc-preproc_T1w.json"
+     ).write_text(json.dumps({
         "scan_label": "sub-X_ses-M000", "subject_id": "X", "session_id": "M000",
         "input_path": str(scan), "status": "done", "qc": qc}))
     assert pio.to_canonical(data, affine)[1].tolist() == head.affine.tolist()

@@ -216,7 +216,7 @@ def test_settings_precedence_and_validation(tmp_path):
 
 def test_predict_model_grid_files_and_refuse_raw_without_settings(runs, tmp_path):
     run = runs["root"] / "naive"
-    scan = runs["manifest"].parent / "vol" / "sub-15_ses-bl_T1w_preproc.nii"
+    scan = runs["manifest"].parent / "vol" / "sub-15_ses-bl_desc-preproc_T1w.nii"
     table = predict_scans(run, [scan], out=tmp_path / "p.csv")
     assert table.loc[0, "status"] == "model-grid" and 0 < table.loc[0, "probability"] < 1
     assert (tmp_path / "p.csv").is_file()
@@ -282,7 +282,8 @@ def test_predict_raw_scans_one_folder_each_and_reproducible(runs, tmp_path):
     assert list(first.status) == ["preprocessed", "preprocessed"], first.error.tolist()
     assert first.model_input[0] != first.model_input[1]
     assert first.probability[0] != first.probability[1]
-    sidecar = Path(first.model_input[0].replace("T1w_preproc.nii.gz", "sidecar.json"))
+    sidecar = Path(first.model_input[0].replace("_T1w.nii.gz", "_T1w.json"))
+    assert first.model_input[0].endswith("_desc-preproc_T1w.nii.gz")
     assert json.loads(sidecar.read_text())["settings"]["skullstrip"]["method"] == "template"
     again = predict_scans(run, [scans[0]], work_dir=tmp_path / "w2")
     assert again.probability[0] == first.probability[0]

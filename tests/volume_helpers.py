@@ -73,7 +73,7 @@ def make_volume_cohort(root: Path) -> Path:
         subject = f"{100 + i:03d}_S_{i:04d}"
         for session in (("bl", "m12") if i in TWO_SCANS else ("bl",)):
             data, affine = grid_volume(i * 10 + len(session), truth == 1)
-            name = f"vol/sub-{i}_ses-{session}_T1w_preproc.nii"
+            name = f"vol/sub-{i}_ses-{session}_desc-preproc_T1w.nii"
             (root / "vol").mkdir(exist_ok=True)
             nib.save(nib.Nifti1Image(data, affine), root / name)
             rows.append({"subject_id": subject, "session_id": session, "scan_path": name,

@@ -25,12 +25,15 @@ def next_steps(output: Path) -> str:
 
 
 def preprocess(
-    input: Annotated[Path, typer.Argument(
-        metavar="INPUT", help="BIDS folder, ADNI download (ADNI/PTID/series/date_time/"
+    input: Annotated[Optional[Path], typer.Argument(  # noqa: UP045
+        metavar="INPUT", show_default=False,
+        help="BIDS folder, ADNI download (ADNI/PTID/series/date_time/"
         "image ID/), folder of NIfTI files or DICOM series, CSV (subject, session, path), "
-        "or one NIfTI file.")],
-    output: Annotated[Path, typer.Argument(
-        metavar="OUTPUT", help="Output folder (layout: docs/interfaces.md).")],
+        "or one NIfTI file (required).")] = None,
+    output: Annotated[Optional[Path], typer.Argument(  # noqa: UP045
+        metavar="OUTPUT", show_default=False,
+        help="Output folder: a BIDS derivatives dataset (layout: docs/interfaces.md) "
+             "(required).")] = None,
     config: Annotated[Optional[Path], typer.Option(  # noqa: UP045 - typer needs Optional
         show_default="none", help="Settings TOML file.")] = None,
     workers: Annotated[Optional[int], typer.Option(  # noqa: UP045
@@ -46,11 +49,25 @@ def preprocess(
     progress: Annotated[Optional[bool], typer.Option(  # noqa: UP045
         "--progress/--no-progress", show_default="runner.progress, on",
         help="Show a progress bar.")] = None,
+    convert_layout: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        "--convert-layout", metavar="OUTPUT", show_default="none",
+        help="Instead of preprocessing: rename the files of an OUTPUT folder written by an "
+             "earlier adni-pu to BIDS derivatives names, in place (give no INPUT).")] = None,
 ) -> None:
     """Preprocess T1 scans: N4, skull strip, MNI registration, cerebellum removal, QC."""
+    from adni_pu.cli.common import positional_path
     from adni_pu.preprocessing import load_config, run_preprocessing
     from adni_pu.preprocessing.runner import PreprocessInterrupted
 
+    if convert_layout is not None:
+        if input is not None or output is not None:
+            typer.echo("error: --convert-layout OUTPUT takes no INPUT or OUTPUT argument; "
+                       "convert first, then run adni-pu preprocess INPUT OUTPUT", err=True)
+            raise typer.Exit(2)
+        _convert(convert_layout)
+        return
+    input = positional_path(input, None, "INPUT", "")
+    output = positional_path(output, None, "OUTPUT", "")
     try:
         cfg = load_config(config, list(set_ or []))
         summary = run_preprocessing(
@@ -77,6 +94,26 @@ def preprocess(
         typer.echo(next_steps(output))
     if counts.get("failed", 0) or counts.get("failed-qc", 0):
         raise typer.Exit(1)
+
+
+def _convert(folder: Path) -> None:
+    """``--convert-layout``: rename in place, then say what changed and what to redo."""
+    from shlex import quote
+
+    from adni_pu.preprocessing.legacy_layout import convert_layout
+
+    done = convert_layout(folder)
+    if not done.scans:
+        typer.echo(f"{folder}: already in BIDS derivatives names; nothing to convert")
+        return
+    typer.echo(f"converted {done.scans} scan(s) in {folder} to BIDS derivatives names "
+               f"({done.files} files renamed; nothing processed again)")
+    for path in done.summaries:
+        typer.echo(f"  {path.name}: preprocessed_path now names the converted volumes")
+    if done.summaries:
+        typer.echo("  cohorts built from this folder before name the old files: build them "
+                   f"again (adni-pu cohort build ADNIMERGE.csv "
+                   f"{quote(str(folder / 'summary.csv'))} COHORT_DIR)")
 
 
 def register(app: typer.Typer) -> None:

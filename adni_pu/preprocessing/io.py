@@ -402,9 +402,11 @@ def nifti_bytes(
 
     img = nib.Nifti1Image(np.asarray(data).astype(dtype), affine)
     img.header.set_data_dtype(dtype)
+    img.header.set_xyzt_units("mm")
     img.set_qform(affine, code=1)
     img.set_sform(affine, code=4 if mni else 1)
-    return gzip.compress(img.to_bytes(), compresslevel=4)
+    # no time stamp in the gzip header: the same volume gives the same bytes on every run
+    return gzip.compress(img.to_bytes(), compresslevel=4, mtime=0)
 
 
 

@@ -134,15 +134,17 @@ def check_run_outputs(scans: Iterable[tuple[Path, dict[str, Path]]], inputs: Inp
 
 
 def spare_inputs(source: object, scans: Iterable, excluded: Iterable, output: Path,
-                 run_files: Iterable[Path]) -> None:
+                 run_files: Iterable[Path], config: object = None) -> None:
     """:func:`check_run_outputs` for a run over ``scans`` (:class:`~.scans.Scan`) into
     ``output``: the inputs are every scan found, those left out at discovery
-    (:class:`~.scans.Excluded`), and ``source`` itself when it is a file (a CSV list)."""
+    (:class:`~.scans.Excluded`), and ``source`` itself when it is a file (a CSV list);
+    ``config`` (a PreprocessConfig) gives the grid in the output names."""
     from .pipeline import output_paths
 
     scans = list(scans)
     given = [s.path for s in scans] + [e.scan.path for e in excluded]
     if isinstance(source, (str, Path)) and Path(source).is_file():
         given.append(Path(source))
-    check_run_outputs(((s.path, output_paths(s, output)) for s in scans), InputIndex(given),
+    check_run_outputs(((s.path, output_paths(s, output, config)) for s in scans),
+                      InputIndex(given),
                       run_files)

@@ -15,35 +15,54 @@ import json
 import os
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
+from . import derivatives as bids
 from . import io as pio
 from .config import PreprocessConfig, settings_hash
 from .io import Scan
 from .output_checks import InputIndex, input_collision, name_max, name_problem
-
-#: Output kinds and their file name suffixes (after ``sub-X_ses-Y_``); see docs/interfaces.md.
-OUTPUT_SUFFIXES: dict[str, str] = {
-    "preproc": "T1w_preproc.nii.gz",
-    "brainmask_template": "brainmask_template.nii.gz",
-    "brainmask_native": "brainmask_native.nii.gz",
-    "cerebellum_template": "cerebellum_template.nii.gz",
-    "cerebellum_native": "cerebellum_native.nii.gz",
-    "affine": "affine.mat",
-    "warp": "warp.nii.gz",
-    "qc": "qc.png",
-    "sidecar": "sidecar.json",
-}
+from .scans import bids_label
 
 
-def output_paths(scan: Scan, output: str | Path) -> dict[str, Path]:
-    """Where each output of ``scan`` goes under ``output``."""
-    folder = scan.out_dir(Path(output))
-    return {k: folder / f"{scan.label}_{v}" for k, v in OUTPUT_SUFFIXES.items()}
+def output_paths(scan: Scan, output: str | Path,
+                 config: PreprocessConfig | None = None) -> dict[str, Path]:
+    """Where each output of ``scan`` goes under ``output`` (BIDS derivatives names,
+    :mod:`.derivatives`). The ``res-`` label is ``config``'s model grid; without
+    ``config``, that of the scan's record already there (reading a finished run), else the
+    default grid's (``1p5mm``)."""
+    subject, session = bids_label(scan.subject_id), bids_label(scan.session_id)
+    if config is not None:
+        res = bids.res_label(config.grid.spacing_mm)
+    else:
+        res = bids.res_label(PreprocessConfig().grid.spacing_mm)
+        made = _records(Path(output), subject, session)
+        if len(made) == 1:
+            res = made[0].name.split("_res-", 1)[1].split("_", 1)[0]
+    names = bids.scan_names(subject, session, res)
+    return {k: Path(output) / rel for k, rel in names.items()}
+
+
+def _records(output: Path, subject: str, session: str) -> list[Path]:
+    """The records of scan ``sub-<subject>_ses-<session>`` under ``output``, any grid."""
+    folder = output / f"sub-{subject}" / f"ses-{session}" / "anat"
+    return sorted(folder.glob(f"sub-{subject}_ses-{session}_space-*_res-*_desc-preproc_T1w"
+                              ".json"))
+
+
+def find_record(scan: Scan, output: str | Path, config: PreprocessConfig | None = None) -> Path:
+    """The record (desc-preproc_T1w.json) of ``scan`` under ``output``: the one of
+    ``config``'s grid, else one made on another grid (its settings hash tells), else the
+    path the record of ``config``'s grid would have."""
+    path = output_paths(scan, output, config)["sidecar"]
+    if path.is_file():
+        return path
+    other = _records(Path(output), bids_label(scan.subject_id), bids_label(scan.session_id))
+    return other[0] if other else path
 
 
 def configure_threads(threads: int) -> None:
@@ -65,16 +84,19 @@ def configure_threads(threads: int) -> None:
     sitk.ProcessObject.SetGlobalDefaultNumberOfThreads(threads)
 
 
-def is_done(scan: Scan, output: str | Path, config_hash: str) -> bool:
+def is_done(scan: Scan, output: str | Path, config_hash: str,
+            config: PreprocessConfig | None = None) -> bool:
     """Whether ``scan`` already has complete outputs made from the same input content with
     the same settings (see :func:`resume_check`)."""
-    return resume_check(scan, output, config_hash)[0]
+    return resume_check(scan, output, config_hash, config)[0]
 
 
-def resume_check(scan: Scan, output: str | Path, config_hash: str) -> tuple[bool, str]:
+def resume_check(scan: Scan, output: str | Path, config_hash: str,
+                 config: PreprocessConfig | None = None) -> tuple[bool, str]:
     """(done, why not): whether ``scan``'s outputs can be reused, and if not, why.
 
-    Outputs are reused only when the sidecar says ``done`` with the same settings hash, the
+    Outputs are reused only when the record (:func:`find_record`; ``config`` gives the
+    grid of the names) says ``done`` with the same settings hash, the
     same input path and the same input content (SHA-256 of the file, or of the DICOM
     folder's files; recomputed only when size, times or inode changed), and every output
     file it lists is there. The reason is ``""`` for a scan without earlier outputs, else
@@ -83,9 +105,8 @@ def resume_check(scan: Scan, output: str | Path, config_hash: str) -> tuple[bool
     """
     from adni_pu.fileio import input_identity
 
-    paths = output_paths(scan, output)
     try:
-        side = json.loads(paths["sidecar"].read_text())
+        side = json.loads(find_record(scan, output, config).read_text())
     except (OSError, json.JSONDecodeError):
         return False, ""
     if side.get("status") not in ("done", "failed-qc"):
@@ -107,8 +128,8 @@ def resume_check(scan: Scan, output: str | Path, config_hash: str) -> tuple[bool
                        f"{known['sha256'][:12]} then, {now['sha256'][:12]} now)")
     if side.get("status") != "done":
         return False, ""
-    listed = side.get("outputs", {}).values()
-    if not all((paths["sidecar"].parent / name).is_file() for name in listed):
+    listed = side.get("outputs", {}).values()  # relative to the dataset root
+    if not all((Path(output) / name).is_file() for name in listed):
         return False, "redone: some earlier outputs are missing"
     return True, ""
 
@@ -153,10 +174,11 @@ def _row(scan: Scan, status: str, seconds: float, error: str = "", preproc: str 
     }
 
 
-def recorded_sha256(scan: Scan, output: str | Path) -> str:
-    """The input content hash recorded in ``scan``'s sidecar under ``output`` ("" if none)."""
+def recorded_sha256(scan: Scan, output: str | Path,
+                    config: PreprocessConfig | None = None) -> str:
+    """The input content hash recorded in ``scan``'s record under ``output`` ("" if none)."""
     try:
-        return str(json.loads(output_paths(scan, output)["sidecar"].read_text())
+        return str(json.loads(find_record(scan, output, config).read_text())
                    .get("input_sha256", ""))
     except (OSError, json.JSONDecodeError, AttributeError):
         return ""
@@ -188,15 +210,18 @@ def preprocess_scan(
         bad = Scan(str(scan), "", Path(str(scan)))
         return _row(bad, "failed", time.perf_counter() - start, f"{exc}")
     chash = settings_hash(config)
-    paths = output_paths(scan, output)
+    paths = output_paths(scan, output, config)
     own = InputIndex([scan.path])
     problem = (input_collision(scan.path, paths, own)
                or name_problem(scan.path, paths, name_max(output)))
     if problem:  # refused before anything is read, written or removed
         return _row(scan, "failed", time.perf_counter() - start, problem)
-    if skip_existing and is_done(scan, output, chash):
+    if skip_existing and is_done(scan, output, chash, config):
         return _row(scan, "skipped", time.perf_counter() - start,
-                    preproc=str(paths["preproc"]), sha256=recorded_sha256(scan, output))
+                    preproc=str(paths["preproc"]), sha256=recorded_sha256(scan, output, config))
+    # this scan's files from an earlier run on another grid or in the earlier layout
+    earlier = bids.earlier_outputs(output, bids_label(scan.subject_id),
+                                   bids_label(scan.session_id))
     from adni_pu.fileio import input_identity
 
     try:  # hashed before reading: the outputs are keyed by the content they came from
@@ -216,7 +241,7 @@ def preprocess_scan(
                     traceback=traceback.format_exc(limit=6))
         # best effort: if the disk is full the summary row still says why
         with contextlib.suppress(Exception):
-            _remove_stale(paths, keep=(), spare=own)
+            _remove_stale(paths, keep=(), spare=own, earlier=earlier)
             text = json.dumps(side, indent=2, default=_json_default)
             pio.write_outputs({paths["sidecar"]: text.encode()})
         return _row(scan, "failed", seconds, error, sha256=identity["sha256"])
@@ -226,10 +251,19 @@ def preprocess_scan(
     side.update(settings_hash=chash, status=status, error="; ".join(problems),
                 qc_problems=problems, timings_s=timings, seconds_total=round(seconds, 2),
                 cpu_seconds=round(time.process_time() - cpu_start, 2))
-    side["outputs"] = {k: p.name for k, p in paths.items() if p in files or k == "sidecar"}
+    for kind in ("brainmask_template", "brainmask_native", "cerebellum_template",
+                 "cerebellum_native"):
+        if paths[kind] in files:
+            files[paths[f"{kind}_json"]] = json.dumps(bids.mask_metadata(
+                kind, config, scan.path, _names(paths, output)), indent=2).encode()
+    if status == "done":  # the BIDS fields of the volume's sidecar come first
+        side = {**bids.preproc_metadata(config, scan.path, _names(paths, output)), **side}
+    # paths relative to the dataset root (the QC picture is in sub-S/figures/)
+    side["outputs"] = {k: p.relative_to(output).as_posix() for k, p in paths.items()
+                       if p in files or k == "sidecar"}
     files[paths["sidecar"]] = json.dumps(side, indent=2, default=_json_default).encode()
     try:
-        _remove_stale(paths, keep=tuple(files), spare=own)
+        _remove_stale(paths, keep=tuple(files), spare=own, earlier=earlier)
         pio.write_outputs(files, last=[paths["sidecar"]])
     except Exception as exc:  # noqa: BLE001 - full disk, permission denied, ...
         with contextlib.suppress(OSError):  # an older sidecar must not vouch for this scan
@@ -249,11 +283,16 @@ def _json_default(obj: object) -> object:
     return str(obj)
 
 
+def _names(paths: dict[str, Path], output: Path) -> dict[str, str]:
+    return {k: p.relative_to(output).as_posix() for k, p in paths.items()}
+
+
 def _remove_stale(paths: dict[str, Path], keep: tuple[Path, ...],
-                  spare: InputIndex | None = None) -> None:
-    """Delete earlier outputs of this scan that this run does not rewrite; never a path
-    that is an input in ``spare`` (checked up front too: this is the last guard)."""
-    for p in paths.values():
+                  spare: InputIndex | None = None, earlier: Iterable[Path] = ()) -> None:
+    """Delete earlier outputs of this scan that this run does not rewrite (``earlier``: its
+    files under other names, :func:`.derivatives.earlier_outputs`); never a path that is an
+    input in ``spare`` (checked up front too: this is the last guard)."""
+    for p in dict.fromkeys([*paths.values(), *earlier]):
         if p not in keep and p.exists() and (spare is None or spare.find(p) is None):
             p.unlink()
 
@@ -400,7 +439,7 @@ def _run_steps(scan: Scan, paths: dict[str, Path], config: PreprocessConfig,
                       "space; as points it maps template (fixed) mm to native (moving) mm",
         "template_to_native_ras": np.round(template_to_native, 6).tolist(),
         "native_to_template_ras": np.round(np.linalg.inv(template_to_native), 6).tolist(),
-        "template": "MNI152 ICBM 2009a symmetric brain (nilearn)",
+        "template": bids.TEMPLATE_TEXT,
     }
     to_native = functools.partial(pio.from_canonical, canonical_affine=affine,
                                   native_affine=native_affine)

@@ -507,14 +507,25 @@ def rank_outliers(records: list[dict]) -> list[dict]:
 
 
 def load_sidecars(output: Path) -> list[dict]:
-    """Every scan sidecar under a preprocessing output folder."""
+    """Every scan record under a preprocessing output folder: the JSON sidecars of the
+    preprocessed T1w (``sub-*/ses-*/anat/*_desc-preproc_T1w.json``), and the
+    ``*_sidecar.json`` of a folder in the file layout of an earlier adni-pu. Each gets
+    ``_sidecar`` (its path) and ``_qc_png`` (its QC picture's path, or "")."""
+    output = Path(output)
     records = []
-    for path in sorted(Path(output).glob("sub-*/ses-*/*_sidecar.json")):
+    found = [(p, output) for p in output.glob("sub-*/ses-*/anat/*_desc-preproc_T1w.json")]
+    # the earlier layout named its outputs relative to the record's own folder
+    found += [(p, p.parent) for p in output.glob("sub-*/ses-*/*_sidecar.json")]
+    for path, base in sorted(found):
         try:
             data = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError):
             continue
+        if not isinstance(data, dict):
+            continue
+        png = (data.get("outputs") or {}).get("qc")
         data["_sidecar"] = str(path)
+        data["_qc_png"] = str(base / png) if png else ""
         records.append(data)
     return records
 
@@ -543,7 +554,8 @@ def contact_sheet(
                           "preprocess)")
     ranked = rank_outliers(load_sidecars(output))
     if not ranked:
-        raise OutputError(f"{output}: no *_sidecar.json found; run adni-pu preprocess first")
+        raise OutputError(f"{output}: no scan records (sub-*/ses-*/anat/*_desc-preproc_T1w.json) "
+                          "found; run adni-pu preprocess first")
     outliers = [r for r in ranked if r["outlier_score"] > z_threshold]
     out_png = Path(out_png) if out_png else output / "qc_contact_sheet.png"
     n = len(ranked)
@@ -553,8 +565,7 @@ def contact_sheet(
     for ax in axes.ravel():
         ax.set_axis_off()
     for ax, r in zip(axes.ravel(), ranked):
-        png = (r.get("outputs") or {}).get("qc")
-        path = Path(r["_sidecar"]).parent / png if png else None
+        path = Path(r["_qc_png"]) if r.get("_qc_png") else None
         if path is not None and path.is_file():
             ax.imshow(mpimg.imread(str(path)))
         flag = "OUTLIER " if r["outlier_score"] > z_threshold else ""

@@ -34,9 +34,11 @@ from adni_pu.locking import holding_output_lock
 from adni_pu.progress import progress_bar
 
 from .config import PreprocessConfig, settings_hash
+from .derivatives import DESCRIPTION, source_datasets, write_description
 from .io import Scan, discover
+from .legacy_layout import refuse_legacy_layout
 from .output_checks import spare_inputs
-from .pipeline import output_paths, recorded_sha256, resume_check
+from .pipeline import find_record, output_paths, recorded_sha256, resume_check
 
 T = TypeVar("T")
 
@@ -191,14 +193,18 @@ def run_preprocessing(
     left_out = [e.row() for e in shard_scans(found.excluded, runner.shard)]
     # no output may be an input (it would be overwritten, or deleted as an older output)
     spare_inputs(inputs, found.scans, found.excluded, output, [
-        output / "summary.csv", output / "preprocess_config.toml",
-        *([shard_summary_path(output, *parse_shard(runner.shard))] if runner.shard else [])])
+        output / "summary.csv", output / "preprocess_config.toml", output / DESCRIPTION,
+        *([shard_summary_path(output, *parse_shard(runner.shard))] if runner.shard else [])],
+        config)
+    # a folder written with the earlier file names: converted on request, never mixed
+    refuse_legacy_layout(output)
     try:
         output.mkdir(parents=True, exist_ok=True)
     except OSError as exc:  # a file on the way, no permission, ...
         raise OutputError(f"{output}: cannot create the output folder "
                           f"({exc.strerror or exc})") from exc
     cfgmod.save(config, output / "preprocess_config.toml")
+    write_description(output, source_datasets(inputs))
 
     rows: list[dict] = []
     notes: dict[tuple[str, str], str] = {}
@@ -214,12 +220,12 @@ def run_preprocessing(
     chash = settings_hash(config)
     todo = []
     for scan in scans:
-        done, why = resume_check(scan, output, chash)
+        done, why = resume_check(scan, output, chash, config)
         if done:
             collect({**scan.summary_fields(), "status": "skipped",
-                     "preprocessed_path": str(output_paths(scan, output)["preproc"]),
+                     "preprocessed_path": str(output_paths(scan, output, config)["preproc"]),
                      "error": "", "seconds": 0.0,
-                     "input_sha256": recorded_sha256(scan, output)})
+                     "input_sha256": recorded_sha256(scan, output, config)})
         else:
             if why:
                 notes[(scan.subject_id, scan.session_id)] = why
@@ -320,7 +326,7 @@ def with_earlier_rows(summary, output: Path, config_hash: str | None = None):
             continue
         scan = Scan(row["subject_id"], row["session_id"], Path(row["input_path"]))
         try:
-            sidecar = json.loads(output_paths(scan, output)["sidecar"].read_text())
+            sidecar = json.loads(find_record(scan, output).read_text())
         except (OSError, ValueError):
             sidecar = None
         if sidecar is None or not Path(row["preprocessed_path"]).is_file():

@@ -48,11 +48,13 @@ class Scan:
         return f"sub-{bids_label(self.subject_id)}_ses-{bids_label(self.session_id)}"
 
     def out_dir(self, output: Path) -> Path:
-        """Folder of this scan's outputs under ``output``."""
+        """Folder of this scan's anatomical outputs under ``output`` (BIDS ``anat``; its QC
+        picture goes to ``sub-S/figures/``)."""
         return (
             Path(output)
             / f"sub-{bids_label(self.subject_id)}"
             / f"ses-{bids_label(self.session_id)}"
+            / "anat"
         )
 
 

@@ -3,15 +3,17 @@
 Layout under ``out_dir``::
 
     bids/                                   raw data, as Clinica's adni-to-bids writes it
-      dataset_description.json, participants.tsv
+      dataset_description.json, README, participants.tsv, participants.json
       sub-ADNI011S0002/ses-M000/anat/sub-ADNI011S0002_ses-M000_T1w.nii.gz
-      sub-ADNI011S0002/ses-M000/pet/..._trc-AV45[_space-MNI152NLin2009aSym]_pet.nii.gz
+      derivatives/synth-pet/sub-.../ses-.../pet/
+          ..._trc-AV45[_space-MNI152NLin2009aSym]_desc-suvr_pet.nii.gz   (pet=true)
     clinical/ADNIMERGE.csv                  one row per visit (some without MRI or PET)
     truth.csv                               per subject: latent amyloid level and status
     truth_scans.csv                         per scan: visit effects, pose, file paths
     truth/sub-.../ses-.../..._desc-brain_mask.nii.gz   true brain masks (optional)
-    preprocessed_ideal/summary.csv, sub-.../ses-.../..._T1w_preproc.nii.gz
-                                            perfect-preprocessing stand-ins (optional)
+    preprocessed_ideal/                     perfect-preprocessing stand-ins (optional),
+      dataset_description.json, summary.csv  named as adni-pu preprocess names its volumes:
+      sub-.../ses-.../anat/..._space-MNI152NLin2009aSym_res-1p5mm_desc-preproc_T1w.nii.gz
     synth_config.toml                       the settings used
 """
 
@@ -24,8 +26,13 @@ from pathlib import Path
 
 import numpy as np
 
-from adni_pu.synth.config import SynthConfig
+from adni_pu.atlas import MODEL_GRID_SPACING
+from adni_pu.preprocessing.derivatives import TEMPLATE, res_label, scan_names
+from adni_pu.synth.config import DX_BL_CODES, SynthConfig
 from adni_pu.synth.subjects import Subject, make_subjects
+
+#: Where under bids/ the synthetic PET maps go (SUVR maps are derivatives, not raw PET).
+PET_DERIVATIVES = "derivatives/synth-pet"
 
 
 @dataclass
@@ -50,6 +57,40 @@ def _save(array: np.ndarray, affine: np.ndarray, path: Path, units: str = "mm") 
     img.set_sform(affine, code=1)
     path.parent.mkdir(parents=True, exist_ok=True)
     nib.save(img, str(path))
+
+
+def _write_bids_metadata(bids: Path, seed: int) -> None:
+    """dataset_description.json, README and participants.json of the raw BIDS folder (what
+    the BIDS validator asks of a raw dataset)."""
+    (bids / "dataset_description.json").write_text(json.dumps({
+        "Name": f"adni-pu synthetic ADNI-like cohort (seed {seed})",
+        "BIDSVersion": "1.10.0", "DatasetType": "raw", "License": "CC0",
+        "GeneratedBy": [{"Name": "adni_pu.synth",
+                         "Description": "synthetic T1w heads, no real participant"}],
+    }, indent=2) + "\n")
+    (bids / "README").write_text(
+        f"Synthetic ADNI-like cohort written by adni_pu.synth (seed {seed}).\n\n"
+        "Every head is rendered from the MNI152 template with a made-up subject's anatomy, "
+        "pose and scanner effects; no real participant's data is in it. The clinical "
+        "table, amyloid measures and truth files lie beside this folder.\n")
+    (bids / "participants.json").write_text(json.dumps({
+        "participant_id": {"Description": "BIDS subject label (sub-ADNI + the PTID's digits)"},
+        "alternative_id_1": {"Description": "ADNI PTID (site_S_roster), as in ADNIMERGE"},
+        "sex": {"Description": "sex", "Levels": {"F": "female", "M": "male"}},
+        "age_bl": {"Description": "age at the baseline visit", "Units": "year"},
+        "diagnosis_bl": {"Description": "baseline diagnosis (ADNIMERGE DX_bl)",
+                         "Levels": {c: c for c in DX_BL_CODES}},
+    }, indent=2) + "\n")
+
+
+def _write_derivative_description(folder: Path, source: Path, what: str) -> None:
+    """dataset_description.json of a derivative folder of the synthetic ``source``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "dataset_description.json").write_text(json.dumps({
+        "Name": f"adni-pu synthetic cohort: {what}", "BIDSVersion": "1.10.0",
+        "DatasetType": "derivative", "GeneratedBy": [{"Name": "adni_pu.synth"}],
+        "SourceDatasets": [{"URL": source.absolute().as_uri()}],
+    }, indent=2) + "\n")
 
 
 def clinical_rows(subject: Subject) -> list[dict]:
@@ -88,11 +129,7 @@ def generate_cohort(out_dir: str | Path, n_subjects: int = 20, seed: int = 0,
     anatomy = build_anatomy(float(min(max(cfg.voxel_size, 1.0), 3.0)))
     subjects = make_subjects(n_subjects, seed, cfg)
 
-    (bids / "dataset_description.json").write_text(json.dumps({
-        "Name": f"adni-pu synthetic ADNI-like cohort (seed {seed})",
-        "BIDSVersion": "1.8.0", "DatasetType": "raw",
-        "GeneratedBy": [{"Name": "adni_pu.synth"}],
-    }, indent=2) + "\n")
+    _write_bids_metadata(bids, seed)
     pd.DataFrame({
         "participant_id": [f"sub-{s.bids_label}" for s in subjects],
         "alternative_id_1": [s.ptid for s in subjects],
@@ -149,17 +186,20 @@ def generate_cohort(out_dir: str | Path, n_subjects: int = 20, seed: int = 0,
                              / f"ses-{visit.bids_session}" / f"{stem}_desc-brain_mask.nii.gz")
                 _save(out.brain_mask, out.affine, mask_path)
                 row["brain_mask_path"] = str(mask_path.relative_to(root))
-            if out.pet is not None:
-                space = "_space-MNI152NLin2009aSym" if cfg.pet_space == "template" else ""
-                pet_path = ses_dir / "pet" / f"{stem}_trc-{subject.tracer}{space}_pet.nii.gz"
+            if out.pet is not None:  # an SUVR map, not raw counts: a derivative of bids/
+                space = f"_space-{TEMPLATE}" if cfg.pet_space == "template" else ""
+                pet_path = (bids / PET_DERIVATIVES / f"sub-{subject.bids_label}"
+                            / f"ses-{visit.bids_session}" / "pet"
+                            / f"{stem}_trc-{subject.tracer}{space}_desc-suvr_pet.nii.gz")
                 _save(out.pet, out.pet_affine, pet_path)
                 row["pet_path"] = str(pet_path.relative_to(root))
             if cfg.ideal_preprocessed:
                 tic = time.perf_counter()
                 ideal_rng = np.random.default_rng([seed, subject.rid, visit.months, 1])
                 volume, grid = render_ideal_preprocessed(sub_anat, visit, ideal_rng, cfg)
-                ideal_path = (root / "preprocessed_ideal" / f"sub-{subject.bids_label}"
-                              / f"ses-{visit.bids_session}" / f"{stem}_T1w_preproc.nii.gz")
+                ideal_path = root / "preprocessed_ideal" / scan_names(
+                    subject.bids_label, visit.bids_session,
+                    res_label(MODEL_GRID_SPACING))["preproc"]
                 _save(volume, grid, ideal_path)
                 row["ideal_preprocessed_path"] = str(ideal_path.relative_to(root))
                 summary.append({
@@ -180,6 +220,11 @@ def generate_cohort(out_dir: str | Path, n_subjects: int = 20, seed: int = 0,
     pd.DataFrame(scans).to_csv(scans_path, index=False)
     if summary:
         pd.DataFrame(summary).to_csv(root / "preprocessed_ideal" / "summary.csv", index=False)
+        _write_derivative_description(root / "preprocessed_ideal", bids,
+                                      "ideal preprocessed T1w stand-ins (model grid)")
+    if any(row["pet_path"] for row in scans):
+        _write_derivative_description(bids / PET_DERIVATIVES, bids,
+                                      "amyloid PET SUVR maps (cerebellar grey matter = 1)")
     save(cfg, root / "synth_config.toml")
     return SynthCohort(
         root=root, bids_dir=bids, table_path=table_path, truth_path=truth_path,

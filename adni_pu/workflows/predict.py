@@ -183,7 +183,7 @@ def predict_scans(run_dir: str | Path, scans: list[str | Path], out: str | Path 
                 f"{names}: not on the model grid, and the run has no recorded preprocessing "
                 f"settings ({prep_cfg_path} missing: its volumes did not come from "
                 "`adni-pu preprocess`). Preprocess the scans with the settings used for the "
-                "training volumes and pass the *_T1w_preproc.nii.gz files.")
+                "training volumes and pass the *_desc-preproc_T1w.nii.gz files.")
         from adni_pu.preprocessing import load_config
 
         prep_cfg = load_config(prep_cfg_path)

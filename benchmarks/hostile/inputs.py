@@ -36,7 +36,7 @@ def _run(p: Probe) -> Path:
 
 
 def _scan(p: Probe, index: int = 15) -> Path:
-    return _home(p) / "cohort" / "vol" / f"sub-{index}_ses-bl_T1w_preproc.nii"
+    return _home(p) / "cohort" / "vol" / f"sub-{index}_ses-bl_desc-preproc_T1w.nii"
 
 
 def _write(p: Probe, name: str, change: str, index: int = 15) -> Path:
@@ -103,7 +103,7 @@ def _train_with(p: Probe, scan: str) -> str:
         from pathlib import Path
         m = pd.read_csv({str(_home(p) / "cohort" / "manifest.csv")!r}, dtype=str)
         m["scan_path"] = [str(Path({str(_home(p) / "cohort")!r}) / s) for s in m.scan_path]
-        m.loc[m.scan_path.str.endswith("sub-3_ses-bl_T1w_preproc.nii"), "scan_path"] = {scan!r}
+        m.loc[m.scan_path.str.endswith("sub-3_ses-bl_desc-preproc_T1w.nii"), "scan_path"] = {scan!r}
         m.to_csv("manifest.csv", index=False)
         """)
     overrides = p.py(TINY + "print('\\n'.join(tiny_overrides(1)))").stdout.split("\n")

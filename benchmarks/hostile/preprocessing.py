@@ -34,7 +34,7 @@ def _preprocess(p: Probe, source: str, out: str, *extra: str):
 def _sidecar(p: Probe, out: str, subject: str) -> dict:
     import json
 
-    found = sorted((p.work / out).glob(f"sub-{subject}/ses-*/*_sidecar.json"))
+    found = sorted((p.work / out).glob(f"sub-{subject}/ses-*/anat/*_desc-preproc_T1w.json"))
     return json.loads(found[0].read_text()) if found else {}
 
 
@@ -70,7 +70,7 @@ def offset_model_input(p: Probe) -> str:
     r = p.py("""
         import glob, nibabel as nib, numpy as np
         def vol(name):
-            found = glob.glob(f'out/sub-{name}/ses-01/*_T1w_preproc.nii.gz')
+            found = glob.glob(f'out/sub-{name}/ses-01/anat/*_desc-preproc_T1w.nii.gz')
             return nib.load(found[0]).get_fdata() if found else None
         a = vol('plain')
         for name in ('shifted', 'scaled'):
@@ -90,8 +90,8 @@ def own_input(p: Probe) -> str:
     (p.work / "in").mkdir()
     p.py(HEAD + "head('in/s1.nii.gz')")
     _preprocess(p, "in", "out")
-    folder = p.work / "out" / "sub-s1" / "ses-01"
-    given = folder / "sub-s1_ses-01_T1w_preproc.nii.gz"
+    folder = p.work / "out" / "sub-s1" / "ses-01" / "anat"
+    given = next(iter(sorted(folder.glob("*_desc-preproc_T1w.nii.gz"))), folder / "none")
     before = sorted(f.name for f in folder.iterdir())
     r = _preprocess(p, str(given.relative_to(p.work)), "out")
     after = sorted(f.name for f in folder.iterdir()) if folder.is_dir() else []

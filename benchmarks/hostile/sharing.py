@@ -127,7 +127,7 @@ def two_preprocessors(p: Probe, tries: int = 5) -> str:
         results = [(proc.wait(timeout=900), proc.communicate()[1]) for proc in procs]
         summary = p.work / out / "summary.csv"
         rows = len(summary.read_text().strip().splitlines()) - 1 if summary.is_file() else 0
-        sidecars = len(list((p.work / out).glob("sub-*/ses-*/*_sidecar.json")))
+        sidecars = len(list((p.work / out).glob("sub-*/ses-*/anat/*_desc-preproc_T1w.json")))
         if rows < sidecars:
             lost += 1
         for code, err in results:
@@ -154,7 +154,7 @@ def file_modes(p: Probe) -> str:
     r = p.py("import os\nos.umask(0o022)\n" + _cli_code("preprocess", "in", "out",
                                                          "--no-progress", *_sets(FAST)))
     files = [p.work / "out" / "summary.csv", p.work / "out" / "preprocess_config.toml",
-             *sorted((p.work / "out").glob("sub-*/ses-*/*_preproc.nii.gz"))[:1]]
+             *sorted((p.work / "out").glob("sub-*/ses-*/anat/*_desc-preproc_T1w.nii.gz"))[:1]]
     modes = ", ".join(f"{f.name} {stat.S_IMODE(f.stat().st_mode):04o}" for f in files
                       if f.exists())
     return f"umask 022, exit {r.returncode}: {modes or 'no files'}"
