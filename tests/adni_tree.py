@@ -51,42 +51,12 @@ def head_volume(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
 
 
 def write_dicom_series(folder: Path, data: np.ndarray, affine: np.ndarray, uid: str) -> None:
-    """``data`` (x, y, z) with a diagonal RAS ``affine`` as one axial DICOM file per z slice.
+    """``data`` (x, y, z) with a diagonal RAS ``affine`` as one axial DICOM file per z slice
+    (``slice001.dcm``, ...): the writer of ``adni-pu synth --format dicom``."""
+    from adni_pu.synth.adni_download import write_dicom_series as write
 
-    DICOM is LPS: x and y are flipped on writing so that reading the series back gives
-    ``data`` and ``affine`` again (MR, explicit VR little endian, int16).
-    """
-    from pydicom.dataset import Dataset, FileMetaDataset
-    from pydicom.uid import ExplicitVRLittleEndian
-
-    spacing = np.diag(affine)[:3]
-    assert np.allclose(affine[:3, :3], np.diag(spacing)) and (spacing > 0).all()
-    n, m, _ = data.shape
-    corner = (-affine[0, 3] - spacing[0] * (n - 1), -affine[1, 3] - spacing[1] * (m - 1))
-    flipped = data[::-1, ::-1, :]
-    folder.mkdir(parents=True, exist_ok=True)
-    mr = "1.2.840.10008.5.1.4.1.1.4"
-    for k in range(data.shape[2]):
-        meta = FileMetaDataset()
-        meta.MediaStorageSOPClassUID = mr
-        meta.MediaStorageSOPInstanceUID = f"{uid}.1.{k + 1}"
-        meta.TransferSyntaxUID = ExplicitVRLittleEndian
-        ds = Dataset()
-        ds.file_meta = meta
-        ds.SOPClassUID, ds.SOPInstanceUID = mr, meta.MediaStorageSOPInstanceUID
-        ds.Modality = "MR"
-        ds.StudyInstanceUID, ds.SeriesInstanceUID = f"{uid}.2", f"{uid}.3"
-        ds.InstanceNumber = k + 1
-        ds.ImagePositionPatient = [float(corner[0]), float(corner[1]),
-                                   float(affine[2, 3] + spacing[2] * k)]
-        ds.ImageOrientationPatient = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0]
-        ds.PixelSpacing = [float(spacing[1]), float(spacing[0])]  # row spacing, column spacing
-        ds.SliceThickness = float(spacing[2])
-        ds.Rows, ds.Columns = m, n
-        ds.SamplesPerPixel, ds.PhotometricInterpretation = 1, "MONOCHROME2"
-        ds.BitsAllocated, ds.BitsStored, ds.HighBit, ds.PixelRepresentation = 16, 16, 15, 1
-        ds.PixelData = np.ascontiguousarray(flipped[:, :, k].T.astype(np.int16)).tobytes()
-        ds.save_as(folder / f"slice{k + 1:03d}.dcm", enforce_file_format=True)
+    write(folder, np.asarray(data).astype(np.int16), affine, uid,
+          lambda k: f"slice{k + 1:03d}.dcm")
 
 
 def make_adni_tree(root: Path) -> Path:

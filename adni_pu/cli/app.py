@@ -114,7 +114,7 @@ app = typer.Typer(
 )
 
 _VERBS: tuple[str, ...] = ("benchmark", "preprocess", "qc", "cohort", "train", "evaluate",
-                           "predict", "interpret", "demo")
+                           "predict", "interpret", "demo", "synth")
 
 
 def package_version() -> str:
