@@ -11,7 +11,7 @@ import pytest
 import torch
 from conftest import tiny_config
 
-from adni_pu.pu import calibration, losses, selfpu_loss
+from adni_pu.pu import calibration, losses, objective
 from adni_pu.pu.batching import EpochPlan
 from adni_pu.pu.config import SelfPUConfig
 from adni_pu.pu.trainer import Trainer
@@ -110,14 +110,14 @@ def test_band_layout_and_prior_in_the_trainer(tiny_pu):
     for batch, lay in zip(batches, layouts):
         rows = trainer.entries.base[batch]
         want = np.flatnonzero(trainer.entries.s[batch].astype(bool) & np.isin(rows, expected))
-        assert lay.band_pos[0].tolist() == want.tolist()
+        assert lay.rows(0)["band_pos"].nonzero().flatten().tolist() == want.tolist()
     # the default ("prior") builds no band rows
     plain = Trainer(tiny_config(method="selfpu", selfpu={"warmup_epochs": 0}), tiny_pu)
     plain.strategy.select(0)
     assert plain.students[0].band_pos is None
     plain.strategy.begin_training(0, 2)
     lay = plain.strategy.layouts(EpochPlan.of(batches), 2)[0]
-    assert lay.band_pos == []
+    assert "band_pos" not in lay.rows(0)
 
 
 # ------------------------------------------------------------------ mean-one weights
@@ -152,13 +152,14 @@ def test_non_negativity_is_decided_on_the_unweighted_risk(mode, fired):
     # one labelled positive at logit 0 (l(.,+1) = l(.,-1) = 0.5); rest U at +-ln 3 with
     # l(., -1) = 0.75, 0.25; prior 0.6 on both sides (c = 1); nnPU weights (0, 2)
     logits = torch.tensor([0.0, LN3, -LN3])
-    weights = calibration.CalibrationWeights(torch.zeros(2), torch.tensor([0.0, 2.0]),
-                                             torch.zeros(2, 2), torch.tensor(0))
+    # per row (the labelled row's weight is not read: it is not in U')
+    weights = calibration.CalibrationWeights(torch.zeros(3), torch.tensor([1.0, 0.0, 2.0]),
+                                             torch.zeros(2, 3), torch.tensor(0))
     sp = SelfPUConfig(reweight_risk=mode)
-    _, pu_obj, stats = selfpu_loss.student_loss(
-        logits, pos=slice(0, 1), trusted=torch.arange(0), rest_u=torch.arange(1, 3), n=3,
-        phase=2, sp=sp, prior_rest=0.6, beta=0.0, gamma=1.0,
-        trusted_target=lambda: torch.zeros(0), calibrate=lambda h, l_neg: weights)
+    rows = {"valid": torch.ones(3), "pos": torch.tensor([1.0, 0.0, 0.0]),
+            "trusted": torch.zeros(3), "rest": torch.tensor([0.0, 1.0, 1.0])}
+    _, pu_obj, stats = objective.student_loss(logits, rows, sp, 0.6, 0.0, 1.0, torch.zeros(3),
+                                              lambda h, l_neg: weights)
     # unweighted R_n = 0.5 - 0.6 * 0.5 = 0.2 >= 0; weighted R_n = 0.5 / 2 - 0.3 = -0.05 < 0
     assert bool(stats["nn_correction"]) is fired
     r_p, r_n = 0.6 * 0.5, -0.05
@@ -289,7 +290,7 @@ def test_band_rest_rows_leave_out_the_labelled_copies(tiny_pu):
         s_b = trainer.entries.s[batch]
         copies = (s_b == 0) & tiny_pu.train.labelled[rows]
         seen_copy |= bool(copies.any())
-        rest = set(lay.rest[0].tolist())
+        rest = set(lay.rows(0)["rest"].nonzero().flatten().tolist())
         assert not rest & set(np.flatnonzero(copies).tolist())
         want = (s_b == 0) & ~members[0][rows] & ~tiny_pu.train.labelled[rows]
         assert sorted(rest) == np.flatnonzero(want).tolist()

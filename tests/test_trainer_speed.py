@@ -15,7 +15,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 
 from adni_pu.data.benchmarks import crop_flip
 from adni_pu.data.pu import make_pu_data
-from adni_pu.pu import checkpoint, selfpu_loss
+from adni_pu.pu import checkpoint, objective
 from adni_pu.pu.trainer import Trainer
 
 SP = {"warmup_epochs": 1, "self_paced_end": 2, "select_every": 1, "teacher_rampup_epochs": 1}
@@ -64,7 +64,7 @@ def _syncs_per_epoch(tiny_pu, batch_size: int, **cfg) -> list[list[str]]:
 ])
 def test_training_loop_never_waits_for_the_device(tiny_pu, monkeypatch, settings):
     # the teacher ramp is a host-side scalar (a CPU tensor even on a GPU run)
-    monkeypatch.setattr(selfpu_loss, "sigmoid_rampup", lambda epoch, length: 0.5)
+    monkeypatch.setattr(objective, "sigmoid_rampup", lambda epoch, length: 0.5)
     _mute_adam(monkeypatch)  # Adam reads its CPU step counter: not a device sync
     few = _syncs_per_epoch(tiny_pu, 256, epochs=3, **settings)
     many = _syncs_per_epoch(tiny_pu, 32, epochs=3, **settings)  # 8x the batches

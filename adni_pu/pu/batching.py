@@ -78,17 +78,6 @@ def oversampled_batches(entries: Entries, rng: np.random.Generator, batch_size: 
     return [np.concatenate([p, u]) for p, u in zip(p_chunks, u_chunks)]
 
 
-def rows(mask: np.ndarray) -> slice | np.ndarray:
-    """The positions where ``mask`` holds, as a slice when they are a leading or trailing
-    run (slicing never gathers)."""
-    where = np.flatnonzero(mask)
-    if len(where) == 0 or where[-1] == len(where) - 1:
-        return slice(0, len(where))
-    if where[0] == len(mask) - len(where):
-        return slice(int(where[0]), len(mask))
-    return where
-
-
 @dataclass(frozen=True)
 class EpochPlan:
     """An epoch's batches laid end to end: ``order`` holds every batch's entries in turn."""
@@ -104,17 +93,3 @@ class EpochPlan:
         starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
         order = np.concatenate(batches) if batches else np.zeros(0, np.int64)
         return cls(batches, sizes, starts, order)
-
-    def labelled_rows(self, entry_s: np.ndarray) -> list[tuple[slice | np.ndarray, ...]]:
-        """Per batch, the rows with s = 1 and with s = 0."""
-        s_all = entry_s[self.order]
-        return [(rows(s_b == 1), rows(s_b == 0))
-                for s_b in np.split(s_all, np.cumsum(self.sizes)[:-1])] if self.sizes else []
-
-    def positions(self, mask: np.ndarray) -> tuple[np.ndarray, list[int]]:
-        """In-batch positions where the epoch-long ``mask`` holds, all batches end to end,
-        and how many belong to each batch (one transfer moves them all)."""
-        where = np.flatnonzero(mask)
-        batch = np.searchsorted(self.starts, where, side="right") - 1
-        counts = np.bincount(batch, minlength=len(self.sizes)).tolist()
-        return where - self.starts[batch], counts

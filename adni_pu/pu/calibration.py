@@ -46,20 +46,18 @@ class CalibrationWeights:
 
     ce: torch.Tensor
     pu: torch.Tensor
-    raw: torch.Tensor  # u before clamping, shape 2 x n
-    capped: torch.Tensor  # number of examples the cap sent back to pure nnPU (0-d)
+    raw: torch.Tensor  # u before clamping, shape 2 x n (2 x M x B for a stack)
+    capped: torch.Tensor  # number of examples the cap sent back to pure nnPU (per network)
 
-    def stats(self) -> dict[str, torch.Tensor | float]:
-        """Batch statistics as float64 scalar tensors on the weights' device (no host sync)."""
-        n = max(self.ce.numel(), 1)
-        if not self.ce.numel():
-            return {k: 0.0 for k in ("ce_weight_mean", "ce_weight_nonzero", "pu_weight_mean",
-                                     "raw_positive_fraction", "capped_fraction")}
+    def stats(self, rows: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Batch statistics over the reweighted ``rows`` (0/1, the weights' shape), one per
+        network: float64 tensors on the weights' device (no host sync); zero without rows."""
+        n = rows.sum(-1).clamp(min=1).double()
         return {
-            "ce_weight_mean": self.ce.mean().double(),
-            "ce_weight_nonzero": (self.ce > 0).sum().double() / n,
-            "pu_weight_mean": self.pu.mean().double(),
-            "raw_positive_fraction": (self.raw > 0).float().mean().double(),
+            "ce_weight_mean": (self.ce * rows).sum(-1).double() / n,
+            "ce_weight_nonzero": ((self.ce > 0) * rows).sum(-1).double() / n,
+            "pu_weight_mean": (self.pu * rows).sum(-1).double() / n,
+            "raw_positive_fraction": ((self.raw > 0) * rows).sum((0, -1)).double() / (2 * n),
             "capped_fraction": self.capped.double() / n,
         }
 
@@ -83,15 +81,17 @@ def functional_forward(model: nn.Module, params: dict[str, torch.Tensor], x: obj
 
     ``bn="running"`` runs its BatchNorm layers in evaluation mode (normalised by the running
     statistics, not by this batch's) for the call, whatever the model's mode. ``valid``:
-    a :class:`Stack`'s rows that are examples (the rest pad the batch)."""
-    source = model.skeleton if isinstance(model, Stack) else model
+    a :class:`Stack`'s rows that are examples (the rest pad the batch; one network's batch
+    has no padding, and ignores it)."""
+    stacked = isinstance(model, Stack)
+    source = model.skeleton if stacked else model
     norms = [] if bn == "batch" else [
         m for m in source.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
     modes = [m.training for m in norms]
     try:
         for m in norms:
             m.eval()
-        args = (x,) if valid is None else (x, valid)
+        args = (x, valid) if stacked and valid is not None else (x,)
         return torch.func.functional_call(model, {**cloned_buffers(model), **params}, args)
     finally:
         for m, mode in zip(norms, modes):
@@ -111,10 +111,10 @@ def hypergradient(
 
     ``entropy_terms`` and ``pu_terms`` are per-example losses that still hold their graph to
     the model's parameters. ``sign_flip`` reproduces the published code's defect (the
-    entropy term enters the virtual loss with the opposite sign). For a :class:`Stack` the
-    terms are M x B and ``counts`` (M x 1) is each model's number of reweighted rows, the
-    virtual loss's divisor (the other rows' u are computed too, and ignored by the caller):
-    the result is then 2 x M x B.
+    entropy term enters the virtual loss with the opposite sign). With ``counts`` the terms
+    are a whole batch's rows (B, or M x B for a :class:`Stack`) and ``counts`` (1, or M x 1)
+    each network's number of reweighted rows, the virtual loss's divisor (the other rows'
+    u are computed too, and ignored by the caller): the result is then 2 x B (2 x M x B).
     """
     shape = pu_terms.shape
     weights = torch.zeros(2, *shape, dtype=pu_terms.dtype, device=pu_terms.device,
@@ -182,9 +182,9 @@ def normalise_weights(raw: torch.Tensor, batch_size: int | torch.Tensor, cap: fl
                       ) -> CalibrationWeights:
     """Clamp, per-example normalisation and the batch cap on the entropy weight (see module).
 
-    ``raw`` is 2 x n; or 2 x M x B for a stack of M models, with ``mask`` (M x B, 0/1)
-    marking each model's reweighted rows (the others get ce = 0, pu = 1 and no say) and
-    ``batch_size`` each model's rows (M x 1)."""
+    ``raw`` is 2 x n; or a whole batch's 2 x B (2 x M x B for a stack of M models) with
+    ``mask`` (B or M x B, 0/1) marking each model's reweighted rows (the others get ce = 0,
+    pu = 1 and no say) and ``batch_size`` each model's rows (1, or M x 1)."""
     if mask is not None:
         raw = raw * mask
     w = torch.clamp(raw, min=0.0)
@@ -221,16 +221,24 @@ def calibration_weights(
     pu_terms: torch.Tensor,
     objective: ValidationObjective,
     step_size: float,
-    batch_size: int,
+    batch_size: int | torch.Tensor,
     cap: float,
     sign_flip: bool = False,
     mode: WeightMode = "shrink",
     terms_at: TermsAt | None = None,
+    rows: torch.Tensor | None = None,
 ) -> CalibrationWeights:
     """The whole self-calibration step for one mini-batch; with ``terms_at`` (the terms as
-    a function of the parameters) the hypergradient comes from :func:`hypergradient_jvp`."""
+    a function of the parameters) the hypergradient comes from :func:`hypergradient_jvp`.
+
+    ``rows`` (0/1, the terms' shape: B, or M x B for a :class:`Stack`): the reweighted rows
+    among the terms' (the virtual loss averages over them; the others get ce = 0, pu = 1);
+    None: every term's row. ``batch_size``: the rows of the batch (per network, M x 1, for
+    a stack), which the cap on the entropy weight scales with."""
+    counts = None if rows is None else rows.sum(-1, keepdim=True)
     if terms_at is not None:
-        raw = hypergradient_jvp(model, terms_at, objective, step_size, sign_flip)
+        raw = hypergradient_jvp(model, terms_at, objective, step_size, sign_flip, counts)
     else:
-        raw = hypergradient(model, entropy_terms, pu_terms, objective, step_size, sign_flip)
-    return normalise_weights(raw, batch_size, cap, mode)
+        raw = hypergradient(model, entropy_terms, pu_terms, objective, step_size, sign_flip,
+                            counts)
+    return normalise_weights(raw, batch_size, cap, mode, rows)

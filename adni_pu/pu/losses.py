@@ -10,8 +10,13 @@ usual case-control forms:
     uPU = R_p + R_n;  nnPU reports R_p + max(0, R_n)
 
 The correction term pi_u E_P[l(g, -1)] may average over its own set of labelled positives
-(``logits_p_neg``): on D_U minus a trusted set, only the labelled positives that resemble
-the positives left in it (Self-PU's score band, ``rest_risk = "band"``).
+(``pos_neg``): on D_U minus a trusted set, only the labelled positives that resemble the
+positives left in it (Self-PU's score band, ``rest_risk = "band"``).
+
+The risk is defined once, over a batch's rows with 0/1 masks (:func:`masked_pu_risk`, for
+one network or a stack); :func:`pu_risk` takes separate vectors of logits and calls it.
+The numpy form for many rows of recorded logits, :func:`adni_pu.pu.selection.pu_risks`, is
+checked against it by the tests.
 """
 
 from __future__ import annotations
@@ -45,12 +50,55 @@ class PURisk:
         return self.positive + torch.clamp(self.negative, min=0.0)
 
 
-def _mean(values: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
-    if values.numel() == 0:
-        return values.sum()  # zero that keeps the graph and dtype
-    if weights is None:
-        return values.mean()
-    return (weights * values).sum() / values.numel()
+def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of ``values`` over the rows where ``mask`` is 1 along the last axis (one mean per
+    network of a stack); zero where the mask holds no row."""
+    return (values * mask).sum(-1) / mask.sum(-1).clamp(min=1)
+
+
+def masked_pu_risk(logits: torch.Tensor, pos: torch.Tensor, unl: torch.Tensor,
+                   prior: float | torch.Tensor, prior_u: float | torch.Tensor | None = None,
+                   weights_u: torch.Tensor | None = None, pos_neg: torch.Tensor | None = None,
+                   p_neg_fraction: float | torch.Tensor | None = None) -> PURisk:
+    """The two parts of the sigmoid-loss PU risk (module docstring): its one definition.
+
+    ``logits``: the batch's rows along the last axis, with leading axes for networks or
+    none (M x B, or B); ``pos`` and ``unl``: the labelled-positive and unlabelled rows as
+    0/1 masks of that shape; priors per network (M) or shared; one risk per network.
+    ``weights_u`` (per row) scales each unlabelled row's contribution to E_U[l(g, -1)]; the
+    self-calibration step uses it. ``pos_neg``: the labelled rows of the correction term
+    pi_u E_P[l(g, -1)] (None: ``pos``; none in the batch: the term is zero), while R_p keeps
+    every labelled positive. ``p_neg_fraction`` f: the ``pos_neg`` rows are the batch's
+    labelled rows that belong to a subset holding a known fraction f of all labelled
+    positives, and the term's mean over that subset is estimated without bias as
+    ``sum(l(g, -1) over pos_neg) / (labelled rows * f)`` (a batch without such a row then
+    contributes zero, which the 1/f weighting of the others balances); f = 0 makes the term
+    zero.
+    """
+    prior_u = prior if prior_u is None else prior_u
+    scale = (1.0 - prior) / (1.0 - prior_u)
+    loss_u = sigmoid_loss(logits, -1.0)
+    r_p = prior * masked_mean(sigmoid_loss(logits, 1.0), pos)
+    p_neg = pos if pos_neg is None else pos_neg
+    if p_neg_fraction is None:
+        correction = masked_mean(loss_u, p_neg)
+    else:
+        correction = _subset_mean(loss_u, p_neg, pos.sum(-1), p_neg_fraction)
+    weighted = loss_u if weights_u is None else weights_u * loss_u
+    r_n = scale * (masked_mean(weighted, unl) - prior_u * correction)
+    return PURisk(r_p, r_n)
+
+
+def _subset_mean(values: torch.Tensor, rows: torch.Tensor, n_all: torch.Tensor,
+                 fraction: float | torch.Tensor) -> torch.Tensor:
+    """sum(``values`` over ``rows``) / (``n_all`` x ``fraction``), zero where ``fraction``
+    is 0 (without a host read when it is a tensor)."""
+    total = (values * rows).sum(-1)
+    if not isinstance(fraction, torch.Tensor):
+        return total * 0.0 if fraction <= 0.0 else total / (n_all.clamp(min=1) * fraction)
+    some = fraction > 0
+    share = torch.where(some, fraction, torch.ones_like(fraction))
+    return torch.where(some, total / (n_all.clamp(min=1) * share), torch.zeros_like(total))
 
 
 def pu_risk(
@@ -62,50 +110,25 @@ def pu_risk(
     logits_p_neg: torch.Tensor | None = None,
     p_neg_fraction: float | None = None,
 ) -> PURisk:
-    """The two parts of the sigmoid-loss PU risk from labelled-positive and unlabelled logits.
+    """:func:`masked_pu_risk` of one network whose labelled-positive and unlabelled logits
+    come as separate vectors (``weights_u``: one per unlabelled logit; ``logits_p_neg``: the
+    correction term's labelled positives, None: ``logits_p``; empty: the term is zero)."""
+    parts = [logits_p, logits_u] + ([] if logits_p_neg is None else [logits_p_neg])
+    logits = torch.cat(parts)
 
-    ``weights_u`` (one per unlabelled example) scales each example's contribution to
-    E_U[l(g, -1)]; the self-calibration step uses it. ``logits_p_neg``: the labelled
-    positives of the correction term pi_u E_P[l(g, -1)] (None: ``logits_p``; empty: the
-    term is zero), while R_p keeps every labelled positive. ``p_neg_fraction`` f: the
-    ``logits_p_neg`` rows are the batch's labelled rows that belong to a subset holding a
-    known fraction f of all labelled positives, and the term's mean over that subset is
-    estimated without bias as ``sum(l(g, -1)) / (len(logits_p) * f)`` (a batch without such a
-    row then contributes zero, which the 1/f weighting of the others balances); f = 0 makes
-    the term zero.
-    """
-    prior_u = prior if prior_u is None else prior_u
-    scale = (1.0 - prior) / (1.0 - prior_u)
-    p_neg = logits_p if logits_p_neg is None else logits_p_neg
-    r_p = prior * _mean(sigmoid_loss(logits_p, 1.0), None)
-    if p_neg_fraction is None:
-        correction = _mean(sigmoid_loss(p_neg, -1.0), None)
-    elif p_neg_fraction <= 0.0 or logits_p.numel() == 0:
-        correction = p_neg.sum() * 0.0
-    else:
-        correction = sigmoid_loss(p_neg, -1.0).sum() / (logits_p.numel() * p_neg_fraction)
-    r_n = scale * (_mean(sigmoid_loss(logits_u, -1.0), weights_u) - prior_u * correction)
-    return PURisk(r_p, r_n)
+    def rows(i: int, fill: torch.Tensor | None = None) -> torch.Tensor:
+        """1 (or ``fill``) on the rows of ``parts[i]``, 0 elsewhere."""
+        return torch.cat([torch.full((len(v),), float(j == i), dtype=logits.dtype,
+                                     device=logits.device) if fill is None or j != i
+                          else fill.to(logits.dtype) for j, v in enumerate(parts)])
 
-
-def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean of ``values`` over the rows where ``mask`` is 1 along the last axis (one mean per
-    model of a stack); zero where the mask holds no row."""
-    return (values * mask).sum(-1) / mask.sum(-1).clamp(min=1)
-
-
-def masked_pu_risk(logits: torch.Tensor, pos: torch.Tensor, unl: torch.Tensor,
-                   prior: float | torch.Tensor, prior_u: float | torch.Tensor,
-                   weights_u: torch.Tensor | None = None) -> PURisk:
-    """:func:`pu_risk` for a stack of models: ``logits`` M x B, the labelled-positive and
-    unlabelled rows as 0/1 masks, priors per model (M) or shared; one risk per model."""
-    scale = (1.0 - prior) / (1.0 - prior_u)
-    loss_u = sigmoid_loss(logits, -1.0)
-    r_p = prior * masked_mean(sigmoid_loss(logits, 1.0), pos)
-    correction = masked_mean(loss_u, pos)
-    weighted = loss_u if weights_u is None else weights_u * loss_u
-    r_n = scale * (masked_mean(weighted, unl) - prior_u * correction)
-    return PURisk(r_p, r_n)
+    pos, unl = rows(0), rows(1)
+    pos_neg = None if logits_p_neg is None else rows(2)
+    if p_neg_fraction is not None and len(logits_p) == 0:
+        p_neg_fraction = 0.0  # no labelled positive: the term is zero
+    return masked_pu_risk(logits, pos, unl, prior, prior_u,
+                          None if weights_u is None else rows(1, weights_u),
+                          pos_neg, p_neg_fraction)
 
 
 def upu_loss(logits_p: torch.Tensor, logits_u: torch.Tensor, prior: float,
@@ -132,9 +155,14 @@ def nnpu_step_objective(risk: PURisk, beta: float = 0.0, gamma: float = 1.0,
     return objective, fired
 
 
-def naive_pn_loss(logits: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
-    """Treat unlabelled as negative: binary cross entropy against the PU label ``s``."""
-    return F.binary_cross_entropy_with_logits(logits, s.float())
+def naive_pn_loss(logits: torch.Tensor, s: torch.Tensor,
+                  valid: torch.Tensor | None = None) -> torch.Tensor:
+    """Treat unlabelled as negative: binary cross entropy against the PU label ``s``, the
+    mean over the rows (``valid``: over the rows where it is 1, per network)."""
+    if valid is None:
+        return F.binary_cross_entropy_with_logits(logits, s.to(logits.dtype))
+    each = F.binary_cross_entropy_with_logits(logits, s.to(logits.dtype), reduction="none")
+    return masked_mean(each, valid)
 
 
 def soft_cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

@@ -7,15 +7,16 @@ run's folder looks as if it had trained alone. The batches are the exception: th
 M = K x S networks (S students per run: one for a baseline, Self-PU's two) are one
 :class:`~adni_pu.pu.stack.Stack`, stepped by one Adam, their teachers another stack; each
 run's batch plan, validation batches and trusted sets become 0/1 masks (M x B), and the
-losses of every phase are computed for all M networks at once (:func:`step_loss`). A run
-then costs about what one network costs in launches, which is what bounds a small model
-on a GPU.
+losses of every phase are computed for all M networks at once by the objective the
+ordinary engine uses (:func:`adni_pu.pu.objective.step_loss`, here with M x B logits). A
+run then costs about what one network costs in launches, which is what bounds a small
+model on a GPU.
 
 The numbers equal separate runs up to rounding (tests/test_population.py): one Adam over
 stacked weights is M Adams, a masked mean is the mean over the rows, and every network's
 loss touches only its own weights. Not supported here (refused with the setting named):
-distributed training, ``compile``, models with dropout, ``rest_risk = "band"``, inputs
-other than tensors, and runs whose settings differ in anything but the seed.
+distributed training, ``compile``, models with dropout, inputs other than tensors, and
+runs whose settings differ in anything but the seed.
 """
 
 from __future__ import annotations
@@ -32,16 +33,14 @@ from torch import nn
 
 from adni_pu import config as cfgmod
 from adni_pu.errors import ConfigError
-from adni_pu.pu import calibration, losses
+from adni_pu.pu import objective
 from adni_pu.pu.batching import EpochPlan
-from adni_pu.pu.config import SelfPUConfig
 from adni_pu.pu.device_data import epoch_means
 from adni_pu.pu.loop import FitResult, OutOfTime, run_epochs
 from adni_pu.pu.replay import StepReplay
-from adni_pu.pu.selfpu_loss import teacher_term
 from adni_pu.pu.stack import Stack
 from adni_pu.pu.strategies import SelfPU
-from adni_pu.pu.teacher import MeanTeacher
+from adni_pu.pu.teacher import MeanTeacher, teacher_logits
 from adni_pu.pu.trainer import Trainer
 
 Stats = dict[str, Any]
@@ -64,8 +63,6 @@ def check_population(trainers: Sequence[Trainer]) -> None:
     if cfg.compile:
         raise ConfigError("compile = true in a population: expected false (the stacked step "
                           "is not compiled)")
-    if cfg.method == "selfpu" and cfg.selfpu.rest_risk == "band":
-        raise ConfigError("selfpu.rest_risk = 'band' in a population: expected 'prior'")
     for t in trainers:
         if t.ddp is not None:
             raise ConfigError("a population with distributed training: expected one process")
@@ -136,22 +133,17 @@ def _unstack_optimizer(opt: torch.optim.Adam, stack: Stack,
 
 
 class _Masks:
-    """The epoch's row sets of every network as 0/1 device masks, M x batches x B, each
-    run's batch padded to the longest of the runs' (B rows): "valid" (the run's own rows),
-    "pos" (s = 1), "unl" (s = 0), and Self-PU's "trusted", "rest" and "outside" from
-    phase 2 on."""
+    """The epoch's row sets of every network (:meth:`~adni_pu.pu.strategies.Baseline.
+    row_sets`) as 0/1 device masks, M x batches x B, each run's batch padded to the
+    longest of the runs' (B rows; "valid" marks the run's own)."""
 
     def __init__(self, trainers: Sequence[Trainer], plans: list[EpochPlan], phase: int,
                  device: torch.device) -> None:
         self.width = max(max(p.sizes) for p in plans)
         masks: dict[str, list[np.ndarray]] = {}
         for t, plan in zip(trainers, plans):
-            s = t.entries.s[plan.order]
-            for k in range(len(t.students)):
-                sets = [("valid", np.ones(len(s), bool)), ("pos", s == 1), ("unl", s == 0)]
-                if isinstance(t.strategy, SelfPU) and phase >= 2:
-                    sets += t.strategy.row_masks(plan, k)
-                for name, mask in sets:
+            for sets in t.strategy.row_sets(plan, phase):
+                for name, mask in sets.items():
                     masks.setdefault(name, []).append(self.padded(plan, mask))
         self.masks = {name: torch.from_numpy(np.stack(rows)).to(device)
                       for name, rows in masks.items()}
@@ -216,8 +208,7 @@ def train_epoch(trainers: Sequence[Trainer], epoch: int, deadline: float | None 
         teachers = MeanTeacher(Stack([st.teacher.model for st in students]), first.mode,
                                first.decay, first.bn, copy=False)
         teachers.steps = first.steps
-    ctx = StepContext(trainers, phase, n_students, device,
-                      [st.prior_rest for st in students])
+    ctx = StepContext(trainers, phase, n_students, device)
     n_batches = len(plans[0].sizes)
     # the epoch's progress at each batch and the teachers' update count, on the device
     progress = epoch + torch.arange(n_batches, dtype=torch.float64, device=device) / n_batches
@@ -229,8 +220,8 @@ def train_epoch(trainers: Sequence[Trainer], epoch: int, deadline: float | None 
              at: torch.Tensor) -> Stats:
         with lead.device_data.autocast():
             logits = stack(x, rows["valid"]).float()
-            loss, stats = step_loss(ctx, stack, logits, x, s, idx, rows, at, meta,
-                                    None if teachers is None else teachers.model)
+            loss, stats = ctx.loss(stack, logits, x, s, idx, rows, at, meta,
+                                   None if teachers is None else teachers.model)
         opt.zero_grad(set_to_none=True)
         loss.sum().backward()
         opt.step()
@@ -282,27 +273,30 @@ def _epoch_means(values: dict[str, list[Any]], trainers: Sequence[Trainer]
 
 
 class StepContext:
-    """What the stacked losses need besides the batch: per network (M), the data priors,
-    the rest priors, the trusted targets; the settings; the validation batches."""
+    """What the objective needs besides the batch: per network (M), the data priors, the
+    rest priors, the band's shares and the trusted targets; the settings; the validation
+    batches."""
 
     def __init__(self, trainers: Sequence[Trainer], phase: int, n_students: int,
-                 device: torch.device, prior_rest: list[float]) -> None:
+                 device: torch.device) -> None:
         cfg = trainers[0].cfg
         self.cfg, self.sp, self.phase = cfg, cfg.selfpu, phase
-        self.method = cfg.method
         self.n_students = n_students
+        students = [(t, st) for t in trainers for st in t.students]
 
         def per_network(values: list[float]) -> torch.Tensor:
             return torch.tensor(values, dtype=torch.float32, device=device)
 
-        self.prior = per_network([t.prior for t in trainers for _ in t.students])
-        self.prior_u = per_network([t.prior_u for t in trainers for _ in t.students])
-        self.prior_rest = per_network(prior_rest)
+        self.prior = per_network([t.prior for t, _ in students])
+        self.prior_u = per_network([t.prior_u for t, _ in students])
+        self.prior_rest = per_network([st.prior_rest for _, st in students])
         strategies = [t.strategy for t in trainers]
-        self.selfpu = isinstance(strategies[0], SelfPU)
-        self.reweights = self.selfpu and strategies[0].reweights(phase)
+        selfpu = isinstance(strategies[0], SelfPU)
+        self.band_fraction = (per_network([st.band_share(t.n_p) for t, st in students])
+                              if selfpu and self.sp.rest_risk == "band" else None)
+        self.reweights = selfpu and strategies[0].reweights(phase)
         self.targets = (torch.stack([tg for s in strategies for tg in s.trusted_targets])
-                        if self.selfpu and phase >= 2 else None)
+                        if selfpu and phase >= 2 and self.sp.labels != "entropy" else None)
 
     def meta_batch(self, batches: list[Any]) -> tuple[torch.Tensor, ...] | None:
         """The runs' validation batches of this step as one batch of M x Bv rows, padded to
@@ -322,158 +316,26 @@ class StepContext:
         return tuple(per_network(parts, width, self.n_students)
                      for parts in ([b[0] for b in batches], [b[2] for b in batches], pos, unl))
 
-
-def step_loss(ctx: StepContext, stack: Stack, logits: torch.Tensor, x: torch.Tensor,
-              s: torch.Tensor, idx: torch.Tensor, masks: dict[str, torch.Tensor],
-              epoch: torch.Tensor, meta: tuple[torch.Tensor, ...] | None, teachers: Stack | None
-              ) -> tuple[torch.Tensor, Stats]:
-    """Every network's loss on this batch (M) and its statistics (M-vectors): the
-    method's baseline loss, or Self-PU's phase 1 (warm-up), 2 (self-paced with
-    calibration) or 3 (plus distillation), as :mod:`adni_pu.pu.selfpu_loss` for one."""
-    cfg = ctx.cfg
-    if not ctx.selfpu or ctx.phase == 1:
-        return baseline_loss(ctx.method, logits, s, masks, ctx.prior, ctx.prior_u, cfg.beta,
-                             cfg.gamma)
-    calibrate = None
-    if ctx.reweights and meta is not None:
-        calibrate = _calibrator(ctx, stack, x, meta, masks)
-    target = None if ctx.sp.labels == "entropy" else torch.gather(ctx.targets, 1, idx)
-    loss, pu_obj, stats = student_loss(logits, masks, ctx.sp, ctx.prior_rest, cfg.beta,
-                                       cfg.gamma, target, calibrate)
-    if ctx.phase == 3:
-        loss = loss + distillation(logits, s, masks, pu_obj, ctx.sp, epoch, ctx.n_students,
-                                   x, teachers, stats)
-    stats["loss"] = loss.detach().double()
-    return loss, stats
-
-
-def baseline_loss(method: str, logits: torch.Tensor, s: torch.Tensor,
-                  masks: dict[str, torch.Tensor], prior: torch.Tensor, prior_u: torch.Tensor,
-                  beta: float, gamma: float) -> tuple[torch.Tensor, Stats]:
-    """naive PN, uPU or nnPU (Self-PU's warm-up) for every network."""
-    if method == "naive":
-        each = nn.functional.binary_cross_entropy_with_logits(logits, s, reduction="none")
-        loss = losses.masked_mean(each, masks["valid"])
-        return loss, {"loss": loss.detach().double()}
-    risk = losses.masked_pu_risk(logits, masks["pos"], masks["unl"], prior, prior_u)
-    if method == "upu":
-        return risk.unbiased, {"loss": risk.unbiased.detach().double()}
-    objective, fired = losses.nnpu_step_objective(risk, beta, gamma)
-    return objective, {"loss": risk.non_negative.detach().double(),
-                       "nn_correction": fired.double()}
-
-
-def _calibrator(ctx: StepContext, stack: Stack, x: torch.Tensor,
-                meta: tuple[torch.Tensor, ...], masks: dict[str, torch.Tensor]) -> Any:
-    """The self-calibration step for every network: (entropy, negative loss) -> weights."""
-    sp, prior = ctx.sp, ctx.prior
-    x_val, truth_val, pos_val, unl_val = meta
-    valid_val = pos_val + unl_val
-    rest, valid = masks["rest"], masks["valid"]
-
-    def objective(params: dict[str, torch.Tensor]) -> torch.Tensor:
-        out = calibration.functional_forward(stack, params, x_val, sp.meta_bn, valid_val)
-        if sp.meta_objective == "pn_ce":
-            each = nn.functional.binary_cross_entropy_with_logits(out, truth_val,
-                                                                  reduction="none")
-            return losses.masked_mean(each, valid_val).sum()
-        return losses.masked_pu_risk(out, pos_val, unl_val, prior, prior).unbiased.sum()
-
-    counts = rest.sum(-1, keepdim=True)
-
-    def terms_at(params: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        out = calibration.functional_forward(stack, params, x, valid=valid).float()
-        return losses.entropy(out), losses.sigmoid_loss(out, -1.0)
-
-    def calibrate(h: torch.Tensor, l_neg: torch.Tensor) -> calibration.CalibrationWeights:
-        if sp.hypergradient == "jvp":
-            raw = calibration.hypergradient_jvp(stack, terms_at, objective,
-                                                sp.meta_step_size, sp.meta_sign_flip, counts)
-        else:
-            raw = calibration.hypergradient(stack, h, l_neg, objective, sp.meta_step_size,
-                                            sp.meta_sign_flip, counts)
-        return calibration.normalise_weights(raw, valid.sum(-1, keepdim=True),
-                                             sp.meta_ce_cap, sp.reweight_risk, rest)
-
-    return calibrate
-
-
-def student_loss(logits: torch.Tensor, masks: dict[str, torch.Tensor], sp: SelfPUConfig,
-                 prior_rest: torch.Tensor, beta: float, gamma: float,
-                 target: torch.Tensor | None, calibrate: Any
-                 ) -> tuple[torch.Tensor, torch.Tensor, Stats]:
-    """Phases 2-3 without distillation, every network (:func:`selfpu_loss.student_loss`)."""
-    pos, trusted, rest = masks["pos"], masks["trusted"], masks["rest"]
-    if sp.labels == "entropy":
-        ce = losses.masked_mean(losses.entropy(logits), trusted)
-    else:
-        ce = losses.masked_mean(losses.soft_cross_entropy(logits, target), trusted)
-    stats: Stats = {}
-    weights_u = None
-    entropy_term = torch.zeros_like(ce)
-    if calibrate is not None:
-        h = losses.entropy(logits)
-        w = calibrate(h, losses.sigmoid_loss(logits, -1.0))
-        weights_u = w.pu
-        n_rest = rest.sum(-1)
-        entropy_term = (w.ce * h * rest).sum(-1) / n_rest.clamp(min=1)
-        stats.update(_weight_stats(w, rest, n_rest))
-    risk = losses.masked_pu_risk(logits, pos, rest, prior_rest, prior_rest, weights_u)
-    decide_on = None
-    if weights_u is not None and sp.reweight_risk == "mean-one":
-        decide_on = losses.masked_pu_risk(logits, pos, rest, prior_rest, prior_rest).negative
-    pu_obj, fired = losses.nnpu_step_objective(risk, beta, gamma, decide_on)
-    frac = trusted.sum(-1) / masks["valid"].sum(-1)
-    loss = frac * ce + (1.0 - frac) * (pu_obj + entropy_term)
-    stats.update({"trusted_ce": ce.detach().double(),
-                  "nnpu": risk.non_negative.detach().double(),
-                  "nn_correction": fired.double(), "trusted_in_batch": frac.double()})
-    return loss, pu_obj, stats
-
-
-def _weight_stats(w: calibration.CalibrationWeights, rest: torch.Tensor,
-                  n_rest: torch.Tensor) -> Stats:
-    """:meth:`CalibrationWeights.stats` per network, over its rest rows."""
-    n = n_rest.clamp(min=1).double()
-    return {
-        "ce_weight_mean": (w.ce * rest).sum(-1).double() / n,
-        "ce_weight_nonzero": ((w.ce > 0) * rest).sum(-1).double() / n,
-        "pu_weight_mean": (w.pu * rest).sum(-1).double() / n,
-        "raw_positive_fraction": ((w.raw > 0) * rest).sum((0, -1)).double() / (2 * n),
-        "capped_fraction": w.capped.double() / n,
-    }
-
-
-def distillation(logits: torch.Tensor, s: torch.Tensor, masks: dict[str, torch.Tensor],
-                 pu_obj: torch.Tensor, sp: SelfPUConfig, epoch: torch.Tensor, n_students: int,
-                 x: torch.Tensor, teachers: Stack | None, stats: Stats) -> torch.Tensor:
-    """Phase 3 for every network (:func:`selfpu_loss.distillation`): consistency with the
-    run's other student on hard examples outside the trusted set, and with the teacher."""
-    extra = torch.zeros_like(pu_obj)
-    prob = torch.sigmoid(logits)
-    outside, valid = masks["outside"] * masks["valid"], masks["valid"]
-    n_out = outside.sum(-1)
-    if n_students == 2 and sp.student_consistency != "none":
-        other = logits.detach().view(-1, 2, logits.shape[-1]).flip(1).reshape(logits.shape)
-        mse = (prob - torch.sigmoid(other)) ** 2
-        if sp.student_consistency == "per_example":
-            sign = torch.where(s == 1, 1.0, -1.0)
-            pu_each = losses.sigmoid_loss(logits, sign).detach()
-            hard = (pu_each > sp.alpha * mse.detach()) * outside
-            l_st = (mse * hard).sum(-1) / n_out.clamp(min=1)
-            stats["hard_fraction"] = hard.sum(-1).double() / n_out.clamp(min=1).double()
-        else:
-            batch_mse = losses.masked_mean(mse, outside)
-            gate = batch_mse.detach().double() < sp.batch_gate * pu_obj.detach().double().abs()
-            l_st = torch.where(gate, batch_mse, torch.zeros_like(batch_mse))
-            stats["hard_fraction"] = gate.double()
-        stats["student_consistency"] = l_st.detach().double()
-        extra = extra + sp.student_weight * l_st
-    if teachers is not None:
-        teachers.eval()
-        with torch.no_grad():
-            target = torch.sigmoid(teachers(x).float())
-        extra = extra + teacher_term(losses.masked_mean((prob - target) ** 2, valid), sp,
-                                     epoch, stats)
-    return extra
-
+    def loss(self, stack: Stack, logits: torch.Tensor, x: torch.Tensor, s: torch.Tensor,
+             idx: torch.Tensor, rows: dict[str, torch.Tensor], epoch: torch.Tensor,
+             meta: tuple[torch.Tensor, ...] | None, teachers: Stack | None
+             ) -> tuple[torch.Tensor, Stats]:
+        """Every network's loss on this batch (M) and its statistics (M-vectors):
+        :func:`adni_pu.pu.objective.step_loss` fed with the inputs that exist: the trusted
+        targets, the meta step (with a validation batch), the other student of each run's
+        pair and the teachers' logits."""
+        inputs: dict[str, Any] = {}
+        if self.targets is not None:
+            inputs["targets"] = torch.gather(self.targets, 1, idx)
+        if self.reweights and meta is not None:
+            x_val, truth_val, pos_val, unl_val = meta
+            inputs["calibrate"] = objective.calibrator(
+                stack, x, rows, objective.validation_objective(
+                    stack, x_val, truth_val, pos_val, unl_val, self.prior, self.sp), self.sp)
+        if self.n_students == 2:  # a run's students sit side by side in the stack
+            inputs["other"] = logits.view(-1, 2, logits.shape[-1]).flip(1).reshape(logits.shape)
+        if teachers is not None:
+            inputs["teacher"] = teacher_logits(teachers, x)
+        return objective.step_loss(self.cfg, self.phase, logits, s, rows, prior=self.prior,
+                                   prior_u=self.prior_u, prior_rest=self.prior_rest,
+                                   band_fraction=self.band_fraction, epoch=epoch, **inputs)

@@ -1,14 +1,15 @@
 """How each method trains, as hooks the engine (:mod:`adni_pu.pu.trainer`) calls.
 
 - :class:`Baseline`: naive PN, uPU or nnPU, one model throughout.
-- :class:`SelfPU`: two students (one per rate), and one method per phase of the paper:
-  :meth:`SelfPU.warm_up` (phase 1, nnPU), :meth:`SelfPU.select` and
-  :meth:`SelfPU.self_paced` (phase 2: the self-paced trusted set and the self-calibrated
-  reweighting of the rest), :meth:`SelfPU.distil` (phase 3: the other student and a mean
-  teacher, made by :meth:`SelfPU.make_teachers` only).
+- :class:`SelfPU`: two students (one per rate), their schedule (:meth:`SelfPU.phase`),
+  the self-paced trusted sets (:meth:`SelfPU.select`, phase 2), the self-calibration's
+  validation batches and objective (:meth:`SelfPU.meta_objective`) and the mean teachers
+  (:meth:`SelfPU.make_teachers`, phase 3).
 
-The loss terms are functions of tensors in :mod:`adni_pu.pu.selfpu_loss`; a strategy
-decides which apply to a batch and what they are fed.
+The loss of every phase is :func:`adni_pu.pu.objective.step_loss`, a function of tensors
+and settings that the population engine calls too; a strategy feeds it: the batch's row
+sets as masks (:meth:`Baseline.layouts`) and what only the method knows
+(:meth:`Baseline.loss_inputs`).
 """
 
 from __future__ import annotations
@@ -22,12 +23,12 @@ import torch
 from torch import nn
 
 from adni_pu.errors import ConfigError
-from adni_pu.pu import calibration, losses, selection, selfpu_loss
+from adni_pu.pu import calibration, objective, selection
 from adni_pu.pu.batching import EpochPlan
 from adni_pu.pu.checkpoint import AveragedModel
 from adni_pu.pu.device_data import channels_last, scoring_inputs
 from adni_pu.pu.metrics import sigmoid
-from adni_pu.pu.teacher import MeanTeacher, recompute_batchnorm, teacher_consistency
+from adni_pu.pu.teacher import MeanTeacher, recompute_batchnorm, teacher_logits
 from adni_pu.pu.trusted_set import (
     TrustedSet,
     band_positives,
@@ -59,19 +60,24 @@ class Student:
     # set's score band at the last selection (None: every labelled positive)
     band_pos: np.ndarray | None = None
 
+    def band_share(self, n_p: int) -> float:
+        """The fraction of the ``n_p`` labelled positives inside the band (``rest_risk =
+        "band"``; 1 before a band is chosen): the nnPU correction term's subset."""
+        return 1.0 if self.band_pos is None else len(self.band_pos) / max(n_p, 1)
+
 
 @dataclass
 class Layout:
-    """Where the rows of one batch sit (slices, or index tensors on the device)."""
+    """Where the rows of one batch sit: each row set (:data:`adni_pu.pu.objective.Rows`)
+    as a 0/1 mask over the batch's ``n`` rows, per student, on the device."""
 
     n: int
-    pos: Any  # rows with s = 1
-    unl: Any  # rows with s = 0
-    trusted: list[torch.Tensor] = field(default_factory=list)  # per student: D_U rows trusted
-    rest: list[torch.Tensor] = field(default_factory=list)  # per student: D_U rows not trusted
-    outside: list[torch.Tensor] = field(default_factory=list)  # per student: rows not trusted
-    # per student, with rest_risk="band": labelled-positive rows inside the band
-    band_pos: list[torch.Tensor] = field(default_factory=list)
+    names: list[str]
+    masks: torch.Tensor  # names x students x n
+
+    def rows(self, k: int) -> objective.Rows:
+        """Student ``k``'s row sets."""
+        return dict(zip(self.names, self.masks[:, k].unbind(0)))
 
 
 @dataclass
@@ -154,28 +160,43 @@ class Baseline:
         """One meta-step validation batch per training batch (None: no meta step)."""
         return iter([None] * n_batches)
 
-    def layouts(self, plan: EpochPlan, phase: int) -> list[Layout]:
-        """Where each batch's rows sit, on the device: D_P and D_U, and the method's own
-        row sets (after :meth:`begin_training`)."""
-        e = self.engine
-        layouts = [Layout(n, *(r if isinstance(r, slice) else e.device_data.rows(r)
-                               for r in rows))
-                   for n, rows in zip(plan.sizes, plan.labelled_rows(e.entries.s))]
-        self.add_rows(plan, layouts, phase)
-        return layouts
+    def row_sets(self, plan: EpochPlan, phase: int) -> list[dict[str, np.ndarray]]:
+        """Per student, its row sets over the epoch's rows end to end (``plan.order``) as
+        boolean masks: "valid", "pos" and "unl", and the method's own (:meth:`row_masks`,
+        from phase 2 on; after :meth:`begin_training`)."""
+        s = self.engine.entries.s[plan.order]
+        common = {"valid": np.ones(len(s), dtype=bool), "pos": s == 1, "unl": s == 0}
+        return [{**common, **dict(self.row_masks(plan, k) if phase >= 2 else [])}
+                for k in range(len(self.engine.students))]
 
-    def add_rows(self, plan: EpochPlan, layouts: list[Layout], phase: int) -> None:
-        """Add the method's own row sets to the epoch's layouts."""
+    def row_masks(self, plan: EpochPlan, k: int) -> list[tuple[str, np.ndarray]]:
+        """Student ``k``'s own row sets over the epoch's rows (a baseline has none)."""
+        return []
+
+    def layouts(self, plan: EpochPlan, phase: int) -> list[Layout]:
+        """Each batch's row sets (:meth:`row_sets`) as masks on the device (one transfer)."""
+        sets = self.row_sets(plan, phase)
+        names = list(sets[0])
+        block = np.stack([np.stack([rows[name] for rows in sets]) for name in names])
+        masks = torch.from_numpy(block.astype(np.float32)).to(self.engine.device)
+        return [Layout(n, names, part)
+                for n, part in zip(plan.sizes, torch.split(masks, plan.sizes, dim=-1))]
 
     def loss(self, k: int, logits: list[torch.Tensor], batch: Batch
              ) -> tuple[torch.Tensor, Stats]:
-        """Student ``k``'s loss on ``batch`` (``logits``: every student's) and its statistics."""
-        return self.baseline_loss(logits[k], batch)
+        """Student ``k``'s loss on ``batch`` (``logits``: every student's) and its statistics
+        (:func:`adni_pu.pu.objective.step_loss`)."""
+        e, rows = self.engine, batch.layout.rows(k)
+        return objective.step_loss(self.cfg, batch.phase, logits[k], batch.s, rows,
+                                   prior=e.prior, prior_u=e.prior_u,
+                                   prior_rest=e.students[k].prior_rest,
+                                   **self.loss_inputs(k, logits, batch, rows))
 
-    def baseline_loss(self, logits: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, Stats]:
-        e, lay = self.engine, batch.layout
-        return selfpu_loss.baseline_loss(self.cfg.method, logits, batch.s, lay.pos, lay.unl,
-                                         e.prior, e.prior_u, self.cfg.beta, self.cfg.gamma)
+    def loss_inputs(self, k: int, logits: list[torch.Tensor], batch: Batch,
+                    rows: objective.Rows) -> dict[str, Any]:
+        """What the method adds to student ``k``'s inputs of the objective (a baseline:
+        nothing)."""
+        return {}
 
     def after_step(self, student: Student) -> None:
         """After one optimiser step of ``student``."""
@@ -310,19 +331,6 @@ class SelfPU(Baseline):
         left = max(e.n_u - copies - len(trusted), 1)
         return clip_prior((e.prior_u * e.n_u - copies - n_pos) / left)
 
-    def add_rows(self, plan: EpochPlan, layouts: list[Layout], phase: int) -> None:
-        """Per student and batch: the trusted D_U rows, the rest (U'), the rows outside the
-        trusted set and (``rest_risk="band"``) the labelled positives inside the band."""
-        if phase < 2:
-            return
-        e = self.engine
-        for k in range(len(e.students)):
-            for key, mask in self.row_masks(plan, k):
-                local, counts = plan.positions(mask)
-                parts = torch.split(torch.from_numpy(local).to(e.device), counts)
-                for lay, part in zip(layouts, parts):
-                    getattr(lay, key).append(part)
-
     def row_masks(self, plan: EpochPlan, k: int) -> list[tuple[str, np.ndarray]]:
         """Student ``k``'s row sets over the epoch's rows end to end (``plan.order``), as
         masks: "trusted", "rest", "outside" and (``rest_risk="band"``) "band_pos"."""
@@ -381,88 +389,38 @@ class SelfPU(Baseline):
     def meta_objective(self, model: nn.Module, x_val: Any, s_val: torch.Tensor,
                        truth_val: torch.Tensor, n_pos: int | None = None
                        ) -> calibration.ValidationObjective:
-        """The validation objective of the meta step; ``n_pos`` says that the first
-        ``n_pos`` rows are the labelled positives (sliced, so no host sync)."""
-        sp, prior = self.sp, self.engine.prior
+        """The validation objective of the meta step on one validation batch
+        (:func:`adni_pu.pu.objective.validation_objective`); its labelled positives are the
+        rows where ``s_val`` is 1, or the first ``n_pos`` rows."""
+        pos = (s_val.float() if n_pos is None else
+               (torch.arange(len(s_val), device=s_val.device) < n_pos).float())
+        return objective.validation_objective(model, x_val, truth_val, pos, 1.0 - pos,
+                                              self.engine.prior, self.sp)
 
-        def objective(params: dict[str, torch.Tensor]) -> torch.Tensor:
-            logits = calibration.functional_forward(model, params, x_val, sp.meta_bn)
-            if sp.meta_objective == "pn_ce":
-                return nn.functional.binary_cross_entropy_with_logits(logits, truth_val)
-            if n_pos is not None:
-                return losses.pu_risk(logits[:n_pos], logits[n_pos:], prior).unbiased
-            return losses.pu_risk(logits[s_val == 1], logits[s_val == 0], prior).unbiased
+    # ------------------------------------------------------------------ the objective's inputs
 
-        return objective
-
-    @staticmethod
-    def rest_terms(model: nn.Module, x: Any, rest: torch.Tensor) -> calibration.TermsAt:
-        """The reweighted terms of the batch's rest-U rows as a function of the parameters
-        (entropy, and the sigmoid loss as a negative), for the forward-mode hypergradient;
-        BatchNorm normalises by the batch, as in the training forward."""
-        def terms_at(params: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-            logits = calibration.functional_forward(model, params, x).float()[rest]
-            return losses.entropy(logits), losses.sigmoid_loss(logits, -1.0)
-
-        return terms_at
-
-    # ------------------------------------------------------------------ the phases' losses
-
-    def loss(self, k: int, logits: list[torch.Tensor], batch: Batch
-             ) -> tuple[torch.Tensor, Stats]:
-        if batch.phase == 1:
-            return self.warm_up(logits[k], batch)
-        if batch.phase == 2:
-            loss, _, stats = self.self_paced(k, logits[k], batch)
-        else:
-            loss, stats = self.distil(k, logits, batch)
-        stats["loss"] = loss.detach().double()
-        return loss, stats
-
-    def warm_up(self, logits: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, Stats]:
-        """Phase 1: nnPU on D_P and D_U."""
-        return self.baseline_loss(logits, batch)
-
-    def self_paced(self, k: int, logits: torch.Tensor, batch: Batch
-                   ) -> tuple[torch.Tensor, torch.Tensor, Stats]:
-        """Phase 2 (and the base of phase 3): cross entropy on the student's trusted rows
-        plus the nnPU risk of the rest, its unlabelled rows reweighted by the
-        self-calibration step when there is a validation batch."""
-        st, sp, lay = self.engine.students[k], self.sp, batch.layout
-        trusted = lay.trusted[k]
-        calibrate = None
+    def loss_inputs(self, k: int, logits: list[torch.Tensor], batch: Batch,
+                    rows: objective.Rows) -> dict[str, Any]:
+        """Student ``k``'s inputs of the objective, each where it exists: the soft labels of
+        the batch's rows, the band's share of the labelled positives (``rest_risk =
+        "band"``), the meta step (in a batch with a validation batch), the other student's
+        logits and the mean teacher's (phase 3)."""
+        st, sp = self.engine.students[k], self.sp
+        inputs: dict[str, Any] = {"epoch": batch.epoch}
+        if sp.labels != "entropy":
+            inputs["targets"] = self._targets[k][batch.idx]
+        if sp.rest_risk == "band":
+            inputs["band_fraction"] = st.band_share(self.engine.n_p)
         if batch.meta is not None:
-            objective = self.meta_objective(st.model, *batch.meta)
-            terms_at = self.rest_terms(st.model, batch.x, lay.rest[k]) \
-                if sp.hypergradient == "jvp" else None
-
-            def calibrate(h: torch.Tensor, l_neg: torch.Tensor) -> Any:
-                return calibration.calibration_weights(
-                    st.model, h, l_neg, objective, sp.meta_step_size, lay.n, sp.meta_ce_cap,
-                    sp.meta_sign_flip, sp.reweight_risk, terms_at)
-
-        target = self._targets[k]
-        return selfpu_loss.student_loss(
-            logits, pos=lay.pos, trusted=trusted, rest_u=lay.rest[k], n=lay.n,
-            phase=batch.phase, pos_neg=lay.band_pos[k] if lay.band_pos else None,
-            band_fraction=(len(st.band_pos) / max(self.engine.n_p, 1)
-                           if lay.band_pos and st.band_pos is not None else None),
-            sp=sp, prior_rest=st.prior_rest, beta=self.cfg.beta, gamma=self.cfg.gamma,
-            trusted_target=lambda: target[batch.idx[trusted]], calibrate=calibrate)
-
-    def distil(self, k: int, logits: list[torch.Tensor], batch: Batch
-               ) -> tuple[torch.Tensor, Stats]:
-        """Phase 3: the phase-2 loss plus consistency with the other student on hard
-        examples outside the trusted set and with the student's mean teacher."""
-        loss, pu_obj, stats = self.self_paced(k, logits[k], batch)
-        st = self.engine.students[k]
-        other = logits[1 - k].detach() if len(logits) == 2 else None
-        teacher = st.teacher
-        teacher_loss = (None if teacher is None else
-                        lambda: teacher_consistency(logits[k], teacher.model, batch.x))
-        extra = selfpu_loss.distillation(logits[k], other, batch.s, batch.layout.outside[k],
-                                         pu_obj, self.sp, batch.epoch, teacher_loss, stats)
-        return loss + extra, stats
+            x_val, s_val, truth_val, _ = batch.meta
+            inputs["calibrate"] = objective.calibrator(
+                st.model, batch.x, rows, self.meta_objective(st.model, x_val, s_val, truth_val),
+                sp)
+        if len(logits) == 2:
+            inputs["other"] = logits[1 - k]
+        if st.teacher is not None:
+            inputs["teacher"] = teacher_logits(st.teacher.model, batch.x)
+        return inputs
 
     # ------------------------------------------------------------------ phase 3: teachers
 

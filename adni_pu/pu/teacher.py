@@ -172,6 +172,14 @@ def sigmoid_rampup(epoch: Any, length: int) -> Any:
     return float(torch.exp(torch.tensor(-5.0 * (1.0 - t) ** 2)))
 
 
+def teacher_logits(teacher: nn.Module, x: object) -> torch.Tensor:
+    """The teacher's logits on ``x`` as consistency targets: evaluation mode, no gradient,
+    float32 (under bf16 autocast too). ``teacher``: one network, or a stack of them."""
+    teacher.eval()
+    with torch.no_grad():
+        return teacher(x).float()
+
+
 def teacher_consistency(student_logits: torch.Tensor, teacher: nn.Module, x: object
                         ) -> torch.Tensor:
     """MSE between the student's and the teacher's probabilities; gradient to the student only.
@@ -179,7 +187,5 @@ def teacher_consistency(student_logits: torch.Tensor, teacher: nn.Module, x: obj
     The published code computes a softmax over a single logit, which is identically 1, so
     its consistency loss is always zero; this one compares sigmoid probabilities.
     """
-    teacher.eval()
-    with torch.no_grad():
-        target = torch.sigmoid(teacher(x).float())  # float32 under bf16 autocast
+    target = torch.sigmoid(teacher_logits(teacher, x))
     return ((torch.sigmoid(student_logits) - target) ** 2).mean()

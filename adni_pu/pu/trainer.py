@@ -8,8 +8,9 @@ This module is one run: its state, the pieces of an epoch (the strategy's work b
 the training pass, evaluation and recording after it), resume and the time limit; the loop
 over epochs is :func:`adni_pu.pu.loop.run_epochs`, which also trains a population of runs
 (:mod:`adni_pu.pu.population`). What a method
-does in an epoch is its strategy (:mod:`adni_pu.pu.strategies`: the Self-PU phases are its
-methods); batches are planned in :mod:`adni_pu.pu.batching` and placed on the device by
+does in an epoch is its strategy (:mod:`adni_pu.pu.strategies`), its loss in every phase
+the objective both engines share (:mod:`adni_pu.pu.objective`); batches are planned in
+:mod:`adni_pu.pu.batching` and placed on the device by
 :mod:`adni_pu.pu.device_data`; :mod:`adni_pu.pu.selection` chooses the model on validation.
 A run resumed from its checkpoint equals one never interrupted (each epoch's random streams
 come from the seed and the epoch number).
