@@ -106,6 +106,101 @@ def seed_table(records: dict, metric: str, methods: list[str], refs: list[str]) 
     return rows
 
 
+#: Method names as the docs write them.
+DISPLAY = {"naive": "naive", "upu": "uPU", "nnpu": "nnPU", "selfpu": "Self-PU"}
+#: The generated blocks: where each lives (between ``<!-- demo-numbers:NAME -->`` and
+#: ``<!-- /demo-numbers:NAME -->``) and what renders it.
+DOC_BLOCKS: dict[str, str] = {"readme": "README.md", "table": "docs/results.md"}
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+def _pair(data: dict, pair: str, metric: str) -> dict | None:
+    return next((d for d in data["paired"] if d["pair"] == pair and d["metric"] == metric),
+                None)
+
+
+def _diff(d: dict, digits: int = 3) -> str:
+    return f"{d['value']:+.{digits}f} [{d['ci_low']:+.{digits}f}, {d['ci_high']:+.{digits}f}]"
+
+
+def _walls(data: dict) -> str:
+    walls = [s["wall_s"] / 60 for s in data["seeds"]]
+    return f"{min(walls):.1f}-{max(walls):.1f} min" if len(walls) > 1 else f"{walls[0]:.1f} min"
+
+
+def render_blocks(data: dict) -> dict[str, str]:
+    """The demo's numbers as the README and docs/results.md show them, from the committed
+    ``demo-seeds.json`` (so the pages can only show what that file holds)."""
+    seeds = data["seeds"]
+    methods = list(seeds[0]["accuracy"])
+    names = ", ".join(str(s["seed"]) for s in seeds)
+    date = str(data["provenance"]["date"])[:10]
+    acc = {m: _mean([s["accuracy"][m]["value"] for s in seeds]) for m in methods}
+    neg = _mean([s["reference_accuracy"]["call everyone negative"]["value"] for s in seeds])
+    recall = _pair(data, "nnpu - naive", "hidden_positive_recall")
+    readme = (f"Measured over seeds {names} ({date}, {data['provenance']['machine']}; "
+              f"docs/results.md): mean accuracy {min(acc.values()):.2f}-{max(acc.values()):.2f} "
+              f"across the {len(methods)} methods, against {neg:.2f} for calling everyone "
+              "negative" + (f"; nnPU minus naive hidden-positive recall {_diff(recall, 2)}"
+                            if recall else "") + f"; wall time {_walls(data)} per run.")
+    head = "| | " + " | ".join(DISPLAY.get(m, m) for m in methods) + " | reference |"
+    rows = [head, "|---|" + "---|" * (len(methods) + 1)]
+    refs = {"accuracy": ("call everyone negative", "reference_accuracy"),
+            "auc": ("logistic regression on 2 volumes", "references")}
+    for metric, label in (("accuracy", "accuracy"), ("hidden_positive_recall",
+                                                      "hidden-positive recall"), ("auc", "AUC")):
+        cells = [_mean_cell([s[metric][m]["value"] for s in seeds]) for m in methods]
+        ref = refs.get(metric)
+        ref_cell = (f"{ref[0]} {_mean_cell([s[ref[1]][ref[0]]['value'] for s in seeds])}"
+                    if ref else "")
+        rows.append(f"| {label} | " + " | ".join(cells) + f" | {ref_cell} |")
+    n = data["paired"][0]["n_subjects"] if data["paired"] else 0
+    metric_names = {"accuracy": "accuracy", "auc": "AUC",
+                    "hidden_positive_recall": "hidden-positive recall"}
+    paired = [f"{' minus '.join(DISPLAY.get(x, x) for x in pair.split(' - '))} "
+              f"{metric_names[metric]} {_diff(d)}"
+              for (pair, metric) in (("nnpu - naive", "hidden_positive_recall"),
+                                     ("nnpu - naive", "accuracy"), ("selfpu - nnpu", "accuracy"),
+                                     (f"selfpu - {LOGISTIC}", "auc"))
+              if (d := _pair(data, pair, metric))]
+    table = (f"Seeds {names} ({date}, {data['provenance']['machine']}; "
+             "`benchmarks/results/demo-seeds.md`, every CI there): held-out subjects of both "
+             "folds pooled, mean (std) over the seeds.\n\n" + "\n".join(rows)
+             + f"\n\nPaired over the seeds ({n} subject-seeds, paired bootstrap): "
+             + "; ".join(paired) + f". Wall time per run: {_walls(data)}"
+             + (f" ({data['load']})" if data.get("load") else "") + ".")
+    return {"readme": readme, "table": table}
+
+
+def block(text: str, name: str) -> str | None:
+    """The contents of the generated block ``name`` in ``text`` (None: no such block)."""
+    match = re.search(rf"<!-- demo-numbers:{name} -->\n(.*?)<!-- /demo-numbers:{name} -->",
+                      text, flags=re.S)
+    return match.group(1).removesuffix("\n") if match else None
+
+
+def update_docs(data: dict, repo: Path = REPO) -> list[Path]:
+    """Write the rendered blocks into the README and docs/results.md (atomically)."""
+    from adni_pu.fileio import atomic_write_text
+
+    written = []
+    for name, body in render_blocks(data).items():
+        path = repo / DOC_BLOCKS[name]
+        text = path.read_text()
+        if block(text, name) is None:
+            raise SystemExit(f"{path}: no <!-- demo-numbers:{name} --> block to fill")
+        new = re.sub(rf"(<!-- demo-numbers:{name} -->\n).*?(<!-- /demo-numbers:{name} -->)",
+                     lambda m, body=body: m.group(1) + body + "\n" + m.group(2), text,
+                     flags=re.S)
+        if new != text:
+            atomic_write_text(path, new)
+            written.append(path)
+    return written
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", type=Path, nargs="+", required=True)
@@ -179,6 +274,9 @@ def main() -> None:
          "seeds": summary, "paired": paired, "load": args.load,
          "provenance": provenance()}, indent=2, default=str) + "\n")
     print("\n".join(lines))
+    if args.name == "demo-seeds":
+        for path in update_docs(json.loads((out / f"{args.name}.json").read_text())):
+            print(f"updated the demo numbers in {path}")
 
 
 if __name__ == "__main__":

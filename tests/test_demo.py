@@ -3,7 +3,8 @@
 12 synthetic subjects, real preprocessing (deepbet, registration, cerebellum removal), the
 cohort builder, 2 cross-validation folds of three methods for 2 epochs each, the pooled
 evaluation, the reference lines and the report: about 2 CPU-minutes, most of it
-preprocessing.
+preprocessing. It is also the guard of the committed demo numbers: its held-out logits must
+equal the record in benchmarks/results/demo-guard.json (benchmarks/demo_guard.py).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from adni_pu.cli.app import app
+from benchmarks import demo_guard
 
 
 def test_reduced_demo_runs_end_to_end_and_resumes(tmp_path):
@@ -22,9 +24,8 @@ def test_reduced_demo_runs_end_to_end_and_resumes(tmp_path):
     # ADNI's composition labels about 14 % of subjects (the AD patients): a 12-subject cohort
     # takes a CN/AD-heavy mix (``--set synth.*`` changes the generator) so that every
     # fold's training and validation splits hold labelled positives
-    args = ["demo", "--subjects", "12", "--out", str(out), "--epochs", "2", "--folds", "2",
-            "--set", "synth.dx_proportions=[0.4, 0.05, 0.05, 0.1, 0.4]",
-            "--methods", "naive,nnpu,selfpu", "--threads", "1", "--workers", "2"]
+    args = demo_guard.guard_args(out)
+    assert args[-6:] == ["--methods", "naive,nnpu,selfpu", "--threads", "1", "--workers", "2"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     # progress: a line per scan and per epoch, each with what is left
@@ -38,7 +39,8 @@ def test_reduced_demo_runs_end_to_end_and_resumes(tmp_path):
             assert (run / "evaluation" / "test" / "predictions_subjects.csv").is_file()
             assert (run / "best_model.pt").is_file()
     assert "preprocessing: **real**" in report and (out / "roc.png").is_file()
-    for part in ("**What these numbers are.**", "**The PU task (the paper's).**",
+    for part in ("**What a cohort this size can show.** ", "**What these numbers are.**",
+                 "**The PU task (the paper's).**",
                  "**What is scored.**", "**The PU effect.** Hidden-positive recall: naive ",
                  "**Reference lines**", "| method | accuracy | AUC | balanced accuracy | "
                  "hidden-positive recall | hidden AUC |",
@@ -69,6 +71,15 @@ def test_reduced_demo_runs_end_to_end_and_resumes(tmp_path):
     fold = record["results"]["selfpu"]["folds"][0]["nn_correction_summary"]
     assert fold["epochs"] == 2 and fold["share"] == record["results"]["selfpu"]["folds"][0][
         "nn_correction"]
+
+    # the committed demo numbers are the code's: the logits equal the recorded ones, and
+    # the record vouches for the committed demo tables (made on the same numbers)
+    guard = json.loads(demo_guard.GUARD.read_text())
+    moved = demo_guard.differences(guard["fingerprint"], demo_guard.fingerprint(record))
+    assert not moved, demo_guard.stale_message(moved)
+    assert guard["demo_seeds_commit"] == demo_guard.seeds_commit(), (
+        "benchmarks/results/demo-seeds.json was regenerated without recording the guard "
+        "again: run `python benchmarks/demo_guard.py --record`")
 
     # a second call resumes: nothing is generated or preprocessed again
     again = CliRunner().invoke(app, [*args[:-6], "--methods", "nnpu", "--threads", "1",

@@ -16,7 +16,7 @@ from adni_pu.workflows.crossval import (
     volume_features,
 )
 from adni_pu.workflows.demo import DemoSettings, StageProgress
-from adni_pu.workflows.demo_report import coinciding, explanation, render_report
+from adni_pu.workflows.demo_report import coinciding, explanation, render_report, scope
 
 
 def _manifest(n: int = 30, seed: int = 0) -> pd.DataFrame:
@@ -175,6 +175,25 @@ def test_report_shows_the_pu_effect_on_hidden_positives():
             "| sensitivity | specificity | validation AUC | seconds |") in report
     assert "| *reference: call everyone negative* | 0.500 [" in report
     assert "| *reference: logistic regression on 2 volumes* | - | " in report
+
+
+def test_report_opens_with_what_a_cohort_this_size_can_show():
+    """The first lines after the title give the CI widths measured on this run and point
+    to the paper-scale results for effect sizes."""
+    truth = [1.0, 0.0] * 10
+    results = {"naive": _result([0.5, -0.5] * 10, truth),
+               "nnpu": _result([0.5, 0.4, -0.3, -0.6] * 5, truth)}
+    acc = [r["pooled"]["metrics"]["accuracy"] for r in results.values()]
+    half = sum(a["ci_high"] - a["ci_low"] for a in acc) / len(acc) / 2
+    text = scope(results)
+    assert text.startswith("**What a cohort this size can show.** 20 subjects are scored "
+                           "(10 positive, 0 of them hidden")
+    assert f"span about +-{half:.2f} in accuracy" in text and half > 0
+    assert "paper-scale results" in text and "docs/results.md" in text
+    report = render_report(DemoSettings(subjects=24, folds=2), results, {}, {"total": 3.0},
+                           "20 of 20 scans", [(0.5, "x")], "counts")
+    head = report.split("## Results")[0]
+    assert text in head   # before any table
 
 
 def test_stage_progress_says_what_is_left():

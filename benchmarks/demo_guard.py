@@ -1,0 +1,143 @@
+"""The demo's numbers are the code's numbers: a recorded reduced demo that the tests rerun.
+
+The full demo (100 subjects, 4 methods, about 10 minutes) is too long for the test suite, so
+its committed tables (``benchmarks/results/demo-seeds.*``, and the README and
+docs/results.md built from them) are tied to the code through a reduced demo that runs the
+same stages (generator, real preprocessing, cohort builder, training of naive, nnPU and
+Self-PU, pooled evaluation, reference lines) on 12 subjects for 2 epochs:
+
+    # after regenerating the demo tables (docs/results.md, "The demo"), record the guard
+    .venv/bin/python benchmarks/demo_guard.py --record
+
+writes ``benchmarks/results/demo-guard.json``: every held-out subject's logit per method,
+the pooled metrics, and the commit of the demo tables it vouches for. The integration test
+(tests/test_demo.py) runs the same reduced demo and fails when a logit moved by more than
+:data:`LOGIT_ATOL`, or when the demo tables were regenerated without recording the guard
+again. The tolerance is far above float noise across CPUs (the 2-epoch logits agree to
+about 1e-6 between runs) and far below what a change to preprocessing, the cohort or
+training gives.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+GUARD = REPO / "benchmarks" / "results" / "demo-guard.json"
+SEEDS = REPO / "benchmarks" / "results" / "demo-seeds.json"
+#: How far a held-out subject's logit may move before the demo's numbers count as moved.
+LOGIT_ATOL = 1e-3
+#: Pooled metrics recorded beside the logits (compared only through the logits).
+METRICS = ("accuracy", "auc", "hidden_positive_recall")
+
+
+def guard_args(out: Path) -> list[str]:
+    """The reduced demo: 12 subjects of a CN/AD-heavy mix (so every fold's training and
+    validation splits hold labelled positives), 2 folds, 2 epochs, three methods."""
+    return ["demo", "--subjects", "12", "--out", str(out), "--epochs", "2", "--folds", "2",
+            "--set", "synth.dx_proportions=[0.4, 0.05, 0.05, 0.1, 0.4]",
+            "--methods", "naive,nnpu,selfpu", "--threads", "1", "--workers", "2"]
+
+
+def fingerprint(record: dict) -> dict:
+    """Per method: each held-out subject's logit and the pooled metrics of a ``demo.json``."""
+    return {method: {
+        "logits": {p["subject_id"]: p["logit"] for p in sorted(
+            result["predictions"], key=lambda p: p["subject_id"])},
+        "metrics": {m: result["pooled"]["metrics"][m]["value"] for m in METRICS}}
+        for method, result in sorted(record["results"].items())}
+
+
+def differences(expected: dict, got: dict, atol: float = LOGIT_ATOL) -> list[str]:
+    """What differs between two fingerprints beyond ``atol``, one line each (empty: same)."""
+    lines: list[str] = []
+    if sorted(expected) != sorted(got):
+        return [f"methods: expected {sorted(expected)}, found {sorted(got)}"]
+    for method in expected:
+        want, have = expected[method]["logits"], got[method]["logits"]
+        if sorted(want) != sorted(have):
+            lines.append(f"{method}: scored subjects differ ({len(want)} recorded, "
+                         f"{len(have)} now)")
+            continue
+        moved = {s: have[s] - want[s] for s in want if abs(have[s] - want[s]) > atol}
+        if moved:
+            worst = max(moved, key=lambda s: abs(moved[s]))
+            lines.append(f"{method}: {len(moved)}/{len(want)} logits moved by more than "
+                         f"{atol:g} (largest {moved[worst]:+.4f}, subject {worst})")
+    return lines
+
+
+def stale_message(lines: list[str]) -> str:
+    """Why the committed demo numbers no longer hold, and how to regenerate them."""
+    return ("the demo's numbers moved: the committed tables (README, docs/results.md, "
+            "benchmarks/results/demo-seeds.*) no longer match what the code gives:\n  "
+            + "\n  ".join(lines) + "\nRegenerate them with the commands in docs/results.md, "
+            "\"The demo\", then run `python benchmarks/demo_guard.py --record`.")
+
+
+def seeds_commit(path: Path = SEEDS) -> str | None:
+    """The commit the committed demo tables were made on."""
+    return json.loads(path.read_text())["provenance"].get("git_commit")
+
+
+def run_reduced_demo(out: Path, code: Path = REPO) -> dict:
+    """Run the reduced demo of the checkout ``code`` through its CLI in a fresh process;
+    its ``demo.json``."""
+    cmd = [sys.executable, "-c", "from adni_pu.cli.app import main; main()", *guard_args(out)]
+    subprocess.run(cmd, check=True, cwd=code, stdout=subprocess.DEVNULL,
+                   env={**os.environ, "PYTHONPATH": str(code)})
+    return json.loads((out / "demo.json").read_text())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--record", action="store_true",
+                        help=f"run the reduced demo twice and write {GUARD.relative_to(REPO)}")
+    parser.add_argument("--check", action="store_true",
+                        help="run the reduced demo once and compare it with the record")
+    parser.add_argument("--code", type=Path, default=REPO,
+                        help="the checkout whose demo runs (default: this one)")
+    parser.add_argument("--json", type=Path, help="also write this run's fingerprint here")
+    args = parser.parse_args()
+    sys.path.insert(0, str(REPO))
+    from adni_pu import fileio
+    from adni_pu.provenance import provenance
+
+    with tempfile.TemporaryDirectory() as tmp:
+        first = fingerprint(run_reduced_demo(Path(tmp) / "a", args.code.resolve()))
+        if args.json:
+            fileio.atomic_write_text(args.json, json.dumps(first, indent=2) + "\n")
+        if args.check:
+            lines = differences(json.loads(GUARD.read_text())["fingerprint"], first)
+            print(stale_message(lines) if lines else "the demo's numbers are the code's")
+            raise SystemExit(1 if lines else 0)
+        if not args.record:
+            if args.json:
+                return
+            parser.error("give --record, --check or --json")
+        second = fingerprint(run_reduced_demo(Path(tmp) / "b", args.code.resolve()))
+    repeat = max(abs(first[m]["logits"][s] - second[m]["logits"][s])
+                 for m in first for s in first[m]["logits"])
+    if differences(first, second, atol=LOGIT_ATOL / 10):
+        raise SystemExit(f"the reduced demo is not repeatable on this machine (largest logit "
+                         f"difference {repeat:.2e}): fix that before recording a guard")
+    record = {"command": "python benchmarks/demo_guard.py --record",
+              "demo_args": guard_args(Path("<tmp>")), "logit_atol": LOGIT_ATOL,
+              "demo_seeds_commit": seeds_commit(),
+              "code_commit": subprocess.run(
+                  ["git", "-C", str(args.code), "describe", "--always", "--dirty", "--abbrev=40"],
+                  capture_output=True, text=True).stdout.strip(),
+              "repeat_max_logit_difference": repeat,
+              "fingerprint": first, "provenance": provenance()}
+    fileio.atomic_write_text(GUARD, json.dumps(record, indent=2) + "\n")
+    print(f"wrote {GUARD} (two runs agree to {repeat:.1e})")
+
+
+if __name__ == "__main__":
+    main()
