@@ -140,7 +140,8 @@ def _train(manifest: str, out: str, config_path: str | None, preset: str | None,
         TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
     import os
 
-    from adni_pu.workflows.train import load_volume_config, train_volumes
+    from adni_pu.workflows.train import train_volumes
+    from adni_pu.workflows.volume_settings import load_volume_config
 
     cfg = load_volume_config(config_path, overrides, preset)
     fit = train_volumes(manifest, cfg, out)

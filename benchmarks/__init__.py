@@ -1,2 +1,3 @@
-"""Maintainers' benchmark scripts, run as files (python benchmarks/NAME.py); a package so that the
-tests import them by name."""
+"""Maintainers' benchmark scripts: ``python benchmarks/NAME.py`` or, from the repository root,
+``python -m benchmarks.NAME``. They import each other and :mod:`benchmarks.common` (what they
+share) through this package, which the editable install maps beside ``adni_pu``."""

@@ -11,29 +11,27 @@ runner's transfer compresses it (``xz -6``, ``gzip -6``). The device tool moves 
 
 from __future__ import annotations
 
-import argparse
-import datetime as dt
 import json
 import lzma
 import tempfile
 import zlib
 from pathlib import Path
 
-import numpy as np
-import torch
-
-from adni_pu import config as cfgmod
-from adni_pu import fileio
-from adni_pu.data.pu import make_pu_data
-from adni_pu.models.cnn13 import CNN13
-from adni_pu.provenance import machine_description, package_versions
-from adni_pu.pu.config import TrainConfig, preset_settings
-from adni_pu.pu.trainer import Trainer
+from benchmarks.common import add_out, command_line, results_record, script_parser, write_json
 
 MIB = 2**20
 
 
 def measure(method: str, precision: str, folder: Path) -> dict[str, float]:
+    """Sizes (MiB) of the last checkpoint of a 2-epoch run: raw, xz, gzip; best model."""
+    import numpy as np
+    import torch
+
+    from adni_pu import config as cfgmod
+    from adni_pu.data.pu import make_pu_data
+    from adni_pu.pu.config import TrainConfig, preset_settings
+    from adni_pu.pu.trainer import Trainer
+
     rng = np.random.default_rng(0)
     y = (rng.random(96) < 0.4).astype(np.int64)
     y[:20] = 1
@@ -56,26 +54,24 @@ def measure(method: str, precision: str, folder: Path) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", type=Path,
-                        default=Path("benchmarks/results/checkpoint-size-cnn13.json"))
+    parser = script_parser(__doc__)
+    add_out(parser, "checkpoint-size-cnn13.json")
     args = parser.parse_args()
+    import torch
+
+    from adni_pu.models.cnn13 import CNN13
+
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
         sizes = {f"{m}/{p}": measure(m, p, Path(tmp))
                  for m in ("nnpu", "selfpu") for p in ("float32", "bfloat16")}
     params = sum(p.numel() for p in CNN13().parameters())
-    result = {
-        "benchmark": "checkpoint-size-cnn13",
-        "command": "python benchmarks/checkpoint_size.py --out " + str(args.out),
-        "date": dt.date.today().isoformat(),
-        "machine": machine_description(),
-        "data": "96 random 32x32x3 images (size does not depend on the data)",
-        "cnn13_parameters": params,
-        "versions": package_versions(),
-        "results": {k: {n: round(v, 2) for n, v in d.items()} for k, d in sizes.items()},
-    }
-    fileio.atomic_write_text(args.out, json.dumps(result, indent=2) + "\n")
+    result = results_record(
+        "checkpoint-size-cnn13", command_line(__file__),
+        "96 random 32x32x3 images (size does not depend on the data)",
+        {k: {n: round(v, 2) for n, v in d.items()} for k, d in sizes.items()},
+        cnn13_parameters=params)
+    write_json(args.out, result)
     print(json.dumps(result["results"], indent=2))
 
 

@@ -4,25 +4,32 @@
         --out benchmarks/results/selfpu-cost-main-vs-branch.json -- --nnpu-epochs 3
 
 Each round runs A then B then B then A (so drift in the machine's load affects both sides
-alike), each in its own process with ``PYTHONPATH`` set to that checkout and the same copy
-of selfpu_cost.py (this one). The result keeps every run, so the spread between repeats of
-one side says how noisy the machine was.
+alike), each in its own process that imports ``adni_pu`` from that checkout and runs the
+same copy of selfpu_cost.py (this one, with this checkout's ``benchmarks``). The result
+keeps every run, so the spread between repeats of one side says how noisy the machine was.
 """
 
 from __future__ import annotations
 
-import argparse
-import datetime as dt
 import json
-import os
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from adni_pu import fileio
-from adni_pu.provenance import machine_description
+from benchmarks.common import (
+    ABBA,
+    REPO,
+    add_checkouts,
+    checkout_env,
+    command_line,
+    interleaved,
+    machine,
+    script_parser,
+    today,
+    write_json,
+)
 
 SCRIPT = Path(__file__).with_name("selfpu_cost.py")
 KEYS = ("nnpu_seconds_per_epoch", "selfpu_phase2_seconds_per_epoch",
@@ -30,8 +37,9 @@ KEYS = ("nnpu_seconds_per_epoch", "selfpu_phase2_seconds_per_epoch",
 
 
 def _run(checkout: Path, extra: list[str], tmp: Path, tag: str) -> dict:
+    """One run of selfpu_cost.py on ``checkout``'s package: the numbers compared."""
     out = tmp / f"{tag}.json"
-    env = {**os.environ, "PYTHONPATH": str(checkout.resolve())}
+    env = checkout_env(checkout, REPO, links=tmp / f"{tag}-path")
     subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), *extra], env=env,
                    check=True, stdout=subprocess.DEVNULL)
     result = json.loads(out.read_text())["results"]
@@ -40,20 +48,13 @@ def _run(checkout: Path, extra: list[str], tmp: Path, tag: str) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--a", type=Path, required=True, help="first checkout (baseline)")
-    parser.add_argument("--b", type=Path, required=True, help="second checkout")
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--out", type=Path, required=True)
+    parser = script_parser(__doc__)
+    add_checkouts(parser, rounds=2)
     parser.add_argument("rest", nargs="*", help="arguments for selfpu_cost.py (after --)")
     args = parser.parse_args()
-    runs: dict[str, list[dict]] = {"a": [], "b": []}
     with tempfile.TemporaryDirectory() as tmp:
-        for r in range(args.rounds):
-            for side in ("a", "b", "b", "a"):
-                tag = f"{side}{r}{len(runs[side])}"
-                runs[side].append(_run(getattr(args, side), args.rest, Path(tmp), tag))
-                print(side, runs[side][-1], file=sys.stderr, flush=True)
+        runs = interleaved(args.rounds, lambda side, tag: _run(
+            getattr(args, side), args.rest, Path(tmp), tag))
 
     def summary(side: str) -> dict:
         return {k: {"mean": statistics.mean(r[k] for r in runs[side]),
@@ -62,15 +63,15 @@ def main() -> None:
 
     result = {
         "benchmark": "selfpu-cost-compare",
-        "command": "python benchmarks/compare_checkouts.py " + " ".join(sys.argv[1:]),
-        "date": dt.date.today().isoformat(),
-        "machine": machine_description() + ", shared with other jobs (run under nice)",
+        "command": command_line(__file__),
+        "date": today(),
+        "machine": machine(", shared with other jobs (run under nice)"),
         "data": "MNIST (original IDX)",
-        "order": "per round: a, b, b, a",
+        "order": "per round: " + ", ".join(ABBA),
         "a": {"checkout": str(args.a), "runs": runs["a"], "summary": summary("a")},
         "b": {"checkout": str(args.b), "runs": runs["b"], "summary": summary("b")},
     }
-    fileio.atomic_write_text(args.out, json.dumps(result, indent=2) + "\n")
+    write_json(args.out, result)
     print(json.dumps({s: result[s]["summary"] for s in ("a", "b")}, indent=2))
 
 

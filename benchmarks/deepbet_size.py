@@ -12,20 +12,20 @@ demo heads (``adni_pu.synth``, no reference mask). One thread; times are wall se
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-COLIN = REPO.parent / "shared" / "data" / "mri" / "colin27"
-
-
-def _dice(a, b) -> float:
-    return float(2 * (a & b).sum() / (a.sum() + b.sum()))
+from benchmarks.common import (
+    COLIN27,
+    add_out,
+    command_line,
+    dice,
+    script_parser,
+    utc_stamp,
+    write_json,
+)
 
 
 def cases(n_synth: int) -> list[tuple[str, object, object]]:
@@ -39,9 +39,9 @@ def cases(n_synth: int) -> list[tuple[str, object, object]]:
     from adni_pu.workflows.demo import DemoSettings
 
     out = []
-    if (COLIN / "ch2.nii.gz").is_file():
-        img = nib.as_closest_canonical(nib.load(COLIN / "ch2.nii.gz"))
-        ref = np.asarray(nib.as_closest_canonical(nib.load(COLIN / "ch2bet.nii.gz")).dataobj) > 0
+    if (COLIN27 / "ch2.nii.gz").is_file():
+        img = nib.as_closest_canonical(nib.load(COLIN27 / "ch2.nii.gz"))
+        ref = np.asarray(nib.as_closest_canonical(nib.load(COLIN27 / "ch2bet.nii.gz")).dataobj) > 0
         head = np.asarray(img.dataobj, np.float32)
         out.append(("colin27 1 mm", head, ref))
         out.append(("colin27 at 3 mm", ndimage.zoom(head, 1 / 3, order=1),
@@ -57,16 +57,14 @@ def cases(n_synth: int) -> list[tuple[str, object, object]]:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = script_parser(__doc__)
     p.add_argument("--sizes", type=int, nargs="+", default=[256, 192, 160, 128])
     p.add_argument("--synth", type=int, default=4, help="generated demo heads")
-    p.add_argument("--out", type=Path,
-                   default=REPO / "benchmarks" / "results" / "deepbet-size.json")
+    add_out(p, "deepbet-size.json")
     args = p.parse_args()
 
     import torch
 
-    from adni_pu import fileio
     from adni_pu.preprocessing.config import SkullStripSettings
     from adni_pu.preprocessing.skullstrip import deepbet_mask
     from adni_pu.provenance import provenance
@@ -80,18 +78,18 @@ def main() -> None:
             tic = time.perf_counter()
             masks[size] = deepbet_mask(data, SkullStripSettings(deepbet_size=size))
             row[f"seconds_{size}"] = round(time.perf_counter() - tic, 2)
-            row[f"dice_vs_256_{size}"] = round(_dice(masks[size], masks[256]), 4) \
+            row[f"dice_vs_256_{size}"] = round(dice(masks[size], masks[256]), 4) \
                 if 256 in masks else None
             if ref is not None:
-                row[f"dice_vs_ch2bet_{size}"] = round(_dice(masks[size], ref), 4)
+                row[f"dice_vs_ch2bet_{size}"] = round(dice(masks[size], ref), 4)
         print(json.dumps(row), flush=True)
         rows.append(row)
-    record = {"benchmark": "deepbet-size", "command": "python benchmarks/deepbet_size.py "
-              + " ".join(sys.argv[1:]), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    record = {"benchmark": "deepbet-size", "command": command_line(__file__),
+              "date": utc_stamp(),
               "machine": "this project's 2-core CPU (shared), 1 thread",
               "data": "Colin27 (../shared/data/mri/colin27) and generated 3 mm demo heads",
               "sizes": args.sizes, "rows": rows, "provenance": provenance()}
-    fileio.atomic_write_text(args.out, json.dumps(record, indent=2) + "\n")
+    write_json(args.out, record)
     print(f"wrote {args.out}")
 
 

@@ -1,7 +1,6 @@
 """naive vs uPU vs nnPU vs Self-PU on the demo's synthetic cohort at a larger size.
 
-The long benchmark of issue 6, in pieces that each write their own results file, so a run
-cut short keeps what finished::
+In pieces that each write their own results file, so a run cut short keeps what finished::
 
     # 1. generate and preprocess the cohort once (resumable; about 10 CPU-s per scan)
     python benchmarks/demo_cohort.py prepare --subjects 240 --work runs/cohort240
@@ -22,20 +21,24 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-from adni_pu.fileio import atomic_write_text  # noqa: E402 - light; after the path above
+from benchmarks.common import (
+    RESULTS,
+    add_prepare_options,
+    add_run_options,
+    command_line,
+    mean_std_cell,
+    prepare_cohort,
+    script_parser,
+    train_on_split,
+    write_json,
+)
 
-RESULTS = REPO / "benchmarks" / "results"
 METHODS = ("naive", "upu", "nnpu", "selfpu")
-# The generator settings of this benchmark's cohort (results in benchmarks/results/cohort240-*
-# were made with them): the demo's layout (3 mm, one scan per subject), hippocampal atrophy
-# 0.6 (stronger than published ADNI effects, see docs/volumes.md "Effect sizes"; the demo
-# now uses 0.3), 25 % preclinical.
+#: The generator settings of this benchmark's cohort: the demo's layout (3 mm, one scan per
+#: subject), hippocampal atrophy 0.6 (stronger than published ADNI effects, docs/volumes.md
+#: "Effect sizes"), 25 % preclinical.
 BENCH_SYNTH = {"voxel_size": 3.0, "visit_probabilities": [1.0, 0.0, 0.0],
                "write_brain_masks": False, "hippocampal_atrophy": 0.6,
                "preclinical_fraction": 0.25}
@@ -50,18 +53,9 @@ def _settings(args: argparse.Namespace):
 
 
 def prepare(args: argparse.Namespace) -> None:
-    from adni_pu.workflows.demo import generate_stage, preprocess_stage
-
-    settings = _settings(args)
-    settings.out.mkdir(parents=True, exist_ok=True)
-    tic = time.perf_counter()
-    synth = generate_stage(settings.out, settings, print)
-    summary, note = preprocess_stage(settings.out, synth, settings, print)
-    info = {"subjects": args.subjects, "cohort_seed": args.cohort_seed, "summary": str(summary),
-            "preprocessing": note, "seconds": round(time.perf_counter() - tic, 1),
-            "workers": args.workers, "synth": BENCH_SYNTH}
-    atomic_write_text(settings.out / "prepared.json", json.dumps(info, indent=2) + "\n")
-    print(json.dumps(info, indent=2))
+    """Generate and preprocess the cohort once."""
+    prepare_cohort(_settings(args), {"subjects": args.subjects, "cohort_seed": args.cohort_seed,
+                                     "workers": args.workers, "synth": BENCH_SYNTH})
 
 
 def _latent_auc(run_dir: Path, synth_dir: Path) -> float:
@@ -77,41 +71,26 @@ def _latent_auc(run_dir: Path, synth_dir: Path) -> float:
 
 
 def run(args: argparse.Namespace) -> None:
-    import pandas as pd
-    import torch
-
+    """Train and test one method on one seed's split; write its results file."""
     from adni_pu.provenance import provenance
-    from adni_pu.workflows.crossval import pooled_metrics
-    from adni_pu.workflows.demo import cohort_stage, demo_prior, method_settings, train_method
 
-    torch.set_num_threads(args.threads)
-    work = args.work
-    info = json.loads((work / "prepared.json").read_text())
-    cohort, manifest = cohort_stage(work / f"cohort-seed{args.seed}", work / "synth",
-                                    Path(info["summary"]), args.seed, print)
-    extra, prior_note, prior = demo_prior(cohort.manifest)
-    settings = method_settings(args.epochs, args.seed, args.threads, work / "cache", extra)
-    run_dir = work / "runs" / f"{args.method}-seed{args.seed}"
-    record = train_method(manifest, args.method, run_dir, settings, overrides=args.set)
-    # per-subject test predictions stay in the record ("predictions"), so that the table
-    # can give paired differences between methods over subjects and seeds
-    pooled = pooled_metrics(pd.DataFrame(record["predictions"]), n_boot=1000)
+    done = train_on_split(args)
+    info, record, pooled = done["info"], done["record"], done["pooled"]
     record.update(metrics=pooled["metrics"], n_scored=pooled["n_scored"])
-    record["auc_latent"] = _latent_auc(run_dir, work / "synth")
+    record["auc_latent"] = _latent_auc(done["run_dir"], args.work / "synth")
     out = {
         "benchmark": "demo cohort: naive vs uPU vs nnPU vs Self-PU",
-        "command": " ".join(["python", "benchmarks/demo_cohort.py", *sys.argv[1:]]),
+        "command": command_line(__file__),
         "method": args.method, "seed": args.seed, "epochs": args.epochs,
         "cohort": {"subjects": info["subjects"], "cohort_seed": info["cohort_seed"],
                    "synth": info.get("synth", BENCH_SYNTH),
-                   "preprocessing": info["preprocessing"], "prior": prior,
-                   "prior_note": prior_note},
-        "settings": settings, "overrides": args.set, "result": record, "provenance": provenance(),
-        "machine": f"{args.machine}; torch threads {args.threads}",
+                   "preprocessing": info["preprocessing"], "prior": done["prior"],
+                   "prior_note": done["prior_note"]},
+        "settings": done["settings"], "overrides": args.set, "result": record,
+        "provenance": provenance(), "machine": f"{args.machine}; torch threads {args.threads}",
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{args.name}-{args.method}-seed{args.seed}.json"
-    atomic_write_text(path, json.dumps(out, indent=2, default=str) + "\n")
+    path = write_json(RESULTS / f"{args.name}-{args.method}-seed{args.seed}.json", out,
+                      default=str)
     m = record["metrics"]
     print(f"{args.method} seed {args.seed}: acc {m['accuracy']['value']:.3f} "
           f"bacc {m['balanced_accuracy']['value']:.3f} auc {m['auc']['value']:.3f} "
@@ -131,16 +110,6 @@ def _oracle_line(synth_dir: Path) -> str:
              for name in ("hippocampal_loss", "severity")]
     return (f"\n\nGenerator truth as a score for amyloid status, all {len(scans)} scans of "
             f"{synth_dir} (AUC): " + ", ".join(parts) + ".")
-
-
-def cell(values: list[float]) -> str:
-    """Mean (sample std) in percent; the bare value for a single seed."""
-    from adni_pu.pu.metrics import summarise
-
-    s = summarise(values)
-    if s["n"] < 2:
-        return f"{100 * s['mean']:.1f}"
-    return f"{100 * s['mean']:.1f} ({100 * s['std']:.1f})"
 
 
 PAIRS: tuple[tuple[str, str], ...] = (("selfpu", "nnpu"), ("nnpu", "naive"))
@@ -190,38 +159,30 @@ def table(args: argparse.Namespace) -> None:
         if not files:
             continue
         recs = [json.loads(f.read_text())["result"] for f in files]
-        metric = [cell([r["metrics"][k]["value"] for r in recs]) for k in (
+        metric = [mean_std_cell([r["metrics"][k]["value"] for r in recs]) for k in (
             "accuracy", "balanced_accuracy", "auc", "sensitivity", "specificity")]
         rows.append(f"| {method} | {len(recs)} | " + " | ".join(metric)
-                    + f" | {cell([r['auc_latent'] for r in recs])} | "
+                    + f" | {mean_std_cell([r['auc_latent'] for r in recs])} | "
                     f"{summarise([r['seconds'] for r in recs])['mean']:.0f} |")
     text = (f"# {args.name}: test split, mean (std) over seeds, %\n\n" + "\n".join(rows)
             + _paired_lines(args.name) + _oracle_line(args.work / "synth")
             + "\n\nFrom `python benchmarks/demo_cohort.py table --name " + args.name
             + "` over benchmarks/results/" + args.name + "-*.json (each file has its command, "
             "settings and machine).\n")
-    path = RESULTS / f"{args.name}-table.md"
-    atomic_write_text(path, text)
+    from adni_pu.fileio import atomic_write_text
+
+    atomic_write_text(RESULTS / f"{args.name}-table.md", text)
     print(text)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = script_parser(__doc__)
     sub = parser.add_subparsers(dest="step", required=True)
-    p = sub.add_parser("prepare", help="generate and preprocess the cohort")
-    p.add_argument("--subjects", type=int, default=240)
-    p.add_argument("--work", type=Path, default=Path("runs/cohort240"))
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--cohort-seed", type=int, default=0)
+    add_prepare_options(sub.add_parser("prepare", help="generate and preprocess the cohort"),
+                        "runs/cohort240", subjects=240)
     r = sub.add_parser("run", help="train and test one method with one seed")
-    r.add_argument("--work", type=Path, default=Path("runs/cohort240"))
-    r.add_argument("--method", choices=METHODS, required=True)
-    r.add_argument("--seed", type=int, default=0)
-    r.add_argument("--epochs", type=int, default=30)
-    r.add_argument("--threads", type=int, default=1)
+    add_run_options(r, METHODS, "runs/cohort240", epochs=30, threads=1)
     r.add_argument("--name", default="cohort240")
-    r.add_argument("--set", action="append", default=[], help="extra setting override")
-    r.add_argument("--machine", default="2-core CPU VM, no GPU")
     t = sub.add_parser("table", help="aggregate the results files")
     t.add_argument("--name", default="cohort240")
     t.add_argument("--work", type=Path, default=Path("runs/cohort240"),

@@ -20,17 +20,23 @@ training gives.
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-GUARD = REPO / "benchmarks" / "results" / "demo-guard.json"
-SEEDS = REPO / "benchmarks" / "results" / "demo-seeds.json"
+from benchmarks.common import (
+    REPO,
+    RESULTS,
+    checkout_env,
+    cli_command,
+    git_describe,
+    script_parser,
+    write_json,
+)
+
+GUARD = RESULTS / "demo-guard.json"
+SEEDS = RESULTS / "demo-seeds.json"
 #: How far a held-out subject's logit may move before the demo's numbers count as moved.
 LOGIT_ATOL = 1e-3
 #: Pooled metrics recorded beside the logits (compared only through the logits).
@@ -89,14 +95,13 @@ def seeds_commit(path: Path = SEEDS) -> str | None:
 def run_reduced_demo(out: Path, code: Path = REPO) -> dict:
     """Run the reduced demo of the checkout ``code`` through its CLI in a fresh process;
     its ``demo.json``."""
-    cmd = [sys.executable, "-c", "from adni_pu.cli.app import main; main()", *guard_args(out)]
-    subprocess.run(cmd, check=True, cwd=code, stdout=subprocess.DEVNULL,
-                   env={**os.environ, "PYTHONPATH": str(code)})
+    subprocess.run(cli_command(*guard_args(out)), check=True, cwd=code,
+                   stdout=subprocess.DEVNULL, env=checkout_env(code))
     return json.loads((out / "demo.json").read_text())
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = script_parser(__doc__)
     parser.add_argument("--record", action="store_true",
                         help=f"run the reduced demo twice and write {GUARD.relative_to(REPO)}")
     parser.add_argument("--check", action="store_true",
@@ -105,14 +110,12 @@ def main() -> None:
                         help="the checkout whose demo runs (default: this one)")
     parser.add_argument("--json", type=Path, help="also write this run's fingerprint here")
     args = parser.parse_args()
-    sys.path.insert(0, str(REPO))
-    from adni_pu import fileio
     from adni_pu.provenance import provenance
 
     with tempfile.TemporaryDirectory() as tmp:
         first = fingerprint(run_reduced_demo(Path(tmp) / "a", args.code.resolve()))
         if args.json:
-            fileio.atomic_write_text(args.json, json.dumps(first, indent=2) + "\n")
+            write_json(args.json, first)
         if args.check:
             lines = differences(json.loads(GUARD.read_text())["fingerprint"], first)
             print(stale_message(lines) if lines else "the demo's numbers are the code's")
@@ -130,12 +133,10 @@ def main() -> None:
     record = {"command": "python benchmarks/demo_guard.py --record",
               "demo_args": guard_args(Path("<tmp>")), "logit_atol": LOGIT_ATOL,
               "demo_seeds_commit": seeds_commit(),
-              "code_commit": subprocess.run(
-                  ["git", "-C", str(args.code), "describe", "--always", "--dirty", "--abbrev=40"],
-                  capture_output=True, text=True).stdout.strip(),
+              "code_commit": git_describe(args.code, abbrev=40),
               "repeat_max_logit_difference": repeat,
               "fingerprint": first, "provenance": provenance()}
-    fileio.atomic_write_text(GUARD, json.dumps(record, indent=2) + "\n")
+    write_json(GUARD, record)
     print(f"wrote {GUARD} (two runs agree to {repeat:.1e})")
 
 

@@ -20,17 +20,15 @@ over the seeds and the subjects within each seed.
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from benchmarks.common import REPO, RESULTS, command_line, script_parser, write_json
 
-# Paired differences reported: the two, then the rest of the method ladder and the
-# CNN against the logistic-regression reference (same subjects, same folds).
+# Paired differences reported: nnPU against naive and Self-PU against nnPU, then the rest of
+# the method ladder and the CNN against the logistic-regression reference (same subjects,
+# same folds).
 LOGISTIC = "logistic regression on 2 volumes"
 PAIRS: tuple[tuple[str, str], ...] = (("nnpu", "naive"), ("selfpu", "nnpu"), ("nnpu", "upu"),
                                       ("selfpu", "naive"), ("selfpu", LOGISTIC),
@@ -202,11 +200,11 @@ def update_docs(data: dict, repo: Path = REPO) -> list[Path]:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = script_parser(__doc__)
     p.add_argument("--runs", type=Path, nargs="+", required=True)
     p.add_argument("--name", default="demo-seeds")
     p.add_argument("--load", default="", help="load average while measuring (for the record)")
-    p.add_argument("--out-dir", type=Path, default=REPO / "benchmarks" / "results")
+    p.add_argument("--out-dir", type=Path, default=RESULTS)
     args = p.parse_args()
 
     import pandas as pd
@@ -269,10 +267,9 @@ def main() -> None:
               + " ".join(str(r) for r in args.runs) + "`.", ""]
     out = args.out_dir
     atomic_write_text(out / f"{args.name}.md", "\n".join(lines))
-    atomic_write_text(out / f"{args.name}.json", json.dumps(
-        {"command": "python benchmarks/demo_seeds.py " + " ".join(sys.argv[1:]),
-         "seeds": summary, "paired": paired, "load": args.load,
-         "provenance": provenance()}, indent=2, default=str) + "\n")
+    write_json(out / f"{args.name}.json", {
+        "command": command_line(__file__), "seeds": summary, "paired": paired,
+        "load": args.load, "provenance": provenance()}, default=str)
     print("\n".join(lines))
     if args.name == "demo-seeds":
         for path in update_docs(json.loads((out / f"{args.name}.json").read_text())):

@@ -4,7 +4,7 @@
         --out benchmarks/results/demo-time-ab.json
 
 Each round runs A, B, B, A (drift in the machine's load hits both sides alike), each demo
-in its own process with ``PYTHONPATH`` set to that checkout and a fresh output folder, and
+in its own process that imports that checkout's ``adni_pu``, with a fresh output folder, and
 keeps the demo's own per-stage seconds (``demo.json``, ``times_s``). The ratio B/A per
 stage says whether a slower demo comes from the code or from the machine.
 """
@@ -12,80 +12,72 @@ stage says whether a slower demo comes from the code or from the machine.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
-import os
 import statistics
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-from adni_pu import fileio
-from adni_pu.provenance import machine_description
-
-try:
-    from benchmarks import demo_guard
-except ImportError:   # run as a script
-    import demo_guard  # type: ignore[no-redef]
+from benchmarks import demo_guard
+from benchmarks.common import (
+    ABBA,
+    add_checkouts,
+    checkout_env,
+    cli_command,
+    command_line,
+    git_describe,
+    interleaved,
+    machine,
+    script_parser,
+    utc_stamp,
+    write_json,
+)
 
 
 def _demo(checkout: Path, out: Path, args: argparse.Namespace) -> dict[str, float]:
-    env = {**os.environ, "PYTHONPATH": str(checkout.resolve())}
+    """One demo on ``checkout``'s package: its seconds per stage."""
     demo = (demo_guard.guard_args(out) if args.reduced else
             ["demo", "--out", str(out), "--subjects", str(args.subjects)])
-    cmd = [sys.executable, "-c", "from adni_pu.cli.app import main; main()", *demo,
-           "--seed", str(args.seed)]
+    cmd = cli_command(*demo, "--seed", str(args.seed))
     # run from the checkout: ``python -c`` puts the working folder before PYTHONPATH
     log = out.with_suffix(".log")
     with log.open("w") as sink:
-        done = subprocess.run(cmd, env=env, cwd=checkout, stdout=sink, stderr=sink)
+        done = subprocess.run(cmd, env=checkout_env(checkout), cwd=checkout, stdout=sink,
+                              stderr=sink)
     if done.returncode:
         raise SystemExit(f"{checkout}: the demo failed (exit {done.returncode}): "
                          + log.read_text().strip().splitlines()[-1])
     return json.loads((out / "demo.json").read_text())["times_s"]
 
 
-def _commit(checkout: Path) -> str:
-    return subprocess.run(["git", "-C", str(checkout), "describe", "--always", "--dirty"],
-                          capture_output=True, text=True).stdout.strip()
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--a", type=Path, required=True, help="first checkout (baseline)")
-    parser.add_argument("--b", type=Path, required=True, help="second checkout")
-    parser.add_argument("--rounds", type=int, default=1)
+    parser = script_parser(__doc__)
+    add_checkouts(parser, rounds=1)
     parser.add_argument("--subjects", type=int, default=100)
     parser.add_argument("--reduced", action="store_true",
                         help="the reduced demo of the test suite (benchmarks/demo_guard.py)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--load", default="", help="what else ran on the machine")
-    parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    runs: dict[str, list[dict]] = {"a": [], "b": []}
     with tempfile.TemporaryDirectory() as tmp:
-        for r in range(args.rounds):
-            for side in ("a", "b", "b", "a"):
-                out = Path(tmp) / f"{side}{r}{len(runs[side])}"
-                runs[side].append(_demo(getattr(args, side), out, args))
-                print(side, json.dumps(runs[side][-1]), file=sys.stderr, flush=True)
+        runs = interleaved(args.rounds, lambda side, tag: _demo(
+            getattr(args, side), Path(tmp) / tag, args))
     stages = list(runs["a"][0])
     mean = {s: {k: statistics.mean(run[k] for run in runs[s]) for k in stages} for s in runs}
     result = {
         "benchmark": "demo-time-ab",
-        "command": "python benchmarks/demo_time_ab.py " + " ".join(sys.argv[1:]),
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "machine": machine_description(),
+        "command": command_line(__file__),
+        "date": utc_stamp(),
+        "machine": machine(),
         "load": args.load,
-        "order": "per round: a, b, b, a",
-        "a": {"checkout": str(args.a), "commit": _commit(args.a), "runs": runs["a"]},
-        "b": {"checkout": str(args.b), "commit": _commit(args.b), "runs": runs["b"]},
+        "order": "per round: " + ", ".join(ABBA),
+        "a": {"checkout": str(args.a), "commit": git_describe(args.a), "runs": runs["a"]},
+        "b": {"checkout": str(args.b), "commit": git_describe(args.b), "runs": runs["b"]},
         "mean_seconds": mean,
         "ratio_b_over_a": {k: round(mean["b"][k] / mean["a"][k], 3) for k in stages
                            if mean["a"][k] > 0},
     }
-    fileio.atomic_write_text(args.out, json.dumps(result, indent=2) + "\n")
+    write_json(args.out, result)
     print(json.dumps(result["ratio_b_over_a"], indent=2))
 
 

@@ -34,16 +34,13 @@ cohorts.
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from benchmarks.common import RESULTS, script_parser, utc_stamp
 
 
 def prepare(data: Path, seed: int, subjects: int, folds: int) -> list[Path]:
@@ -120,7 +117,7 @@ def train_fit(runs: Path, folds: list[Path]) -> dict:
 
     from adni_pu.data.volumes import build_volume_dataset
     from adni_pu.pu.metrics import binary_metrics
-    from adni_pu.workflows.train import load_run, score_dataset
+    from adni_pu.workflows.run_folder import load_run, score_dataset
 
     out: dict = {"runs": str(runs), "split": "train", "pu_label_auc": [], "truth_auc": []}
     for k, path in enumerate(folds):
@@ -210,7 +207,7 @@ def compare(log_path: Path, first: list[str], second: list[str], n_boot: int = 2
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = script_parser(__doc__)
     p.add_argument("--compare", nargs=2, metavar=("A", "B"),
                    help="compare two candidates' held-out AUC from the log, paired (each a "
                    "comma-separated list of names, e.g. c8,c8t1 c0,c0t1); nothing is trained")
@@ -234,7 +231,7 @@ def main() -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[],
                    metavar="KEY=VALUE")
     args = p.parse_args()
-    log_path = REPO / "benchmarks" / "results" / "demo-tuning.jsonl"
+    log_path = RESULTS / "demo-tuning.jsonl"
     if args.compare:
         print(json.dumps(compare(log_path, *(c.split(",") for c in args.compare))))
         return
@@ -264,8 +261,9 @@ def main() -> None:
 
     from adni_pu.cohort import read_manifest
     from adni_pu.pu.metrics import binary_metrics
-    from adni_pu.workflows.demo import DEMO_TRAINING, demo_prior, method_settings
-    from adni_pu.workflows.train import load_volume_config, train_volumes
+    from adni_pu.workflows.demo_policy import DEMO_TRAINING, demo_prior, method_settings
+    from adni_pu.workflows.train import train_volumes
+    from adni_pu.workflows.volume_settings import load_volume_config
 
     def auc(frame: pd.DataFrame, column: str) -> float:
         known = frame[frame[column].notna()]
@@ -300,7 +298,7 @@ def main() -> None:
             "val_rows_with_truth": int(rows["truth"].notna().sum()),
             "best_epochs": best, "seconds": round(time.perf_counter() - tic, 1),
             **(heldout_record(pd.concat(held, ignore_index=True), auc) if held else {}),
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+            "date": utc_stamp()}
         print(json.dumps(record))
         # one appended line (candidates run side by side: a read-and-rewrite could drop one)
         with log_path.open("a") as handle:

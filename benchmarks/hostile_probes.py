@@ -14,15 +14,14 @@ commit before the fixes and on the fixes; the two runs are the table's "before" 
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import json
-import subprocess
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from benchmarks.integrity_probes import REPO, Probe, table_rows
+from benchmarks.common import RESULTS, git_describe, script_parser
+from benchmarks.integrity_probes import Probe, add_probe_options, outcome, write_table
 
 GROUPS = ("inputs", "preprocessing", "sharing", "training")
 
@@ -50,18 +49,14 @@ def run(checkout: Path, only: str | None = None,
                 continue
             work = Path(tmp) / f"p{i:02d}"
             work.mkdir()
-            try:
-                results[name] = " ".join(fn(Probe(checkout, work)).split())
-            except Exception as exc:  # noqa: BLE001 - a probe's failure is its result
-                results[name] = f"probe failed: {type(exc).__name__}: {exc}"[:200]
+            results[name] = outcome(fn, Probe(checkout, work), 200)
             print(f"{name}: {results[name]}", flush=True)
     return results
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--checkout", type=Path, default=REPO)
-    parser.add_argument("--label", default="after")
+    parser = script_parser(__doc__)
+    add_probe_options(parser)
     parser.add_argument("--only", default=None,
                         help="run only the probes whose name contains this (their results "
                              "replace those in this label's JSON, as with --groups)")
@@ -69,30 +64,18 @@ def main() -> None:
                         help="run these groups only; their results replace the same probes' "
                              "results in this label's JSON of the same commit, the others "
                              "are kept")
-    parser.add_argument("--merge", type=Path, default=None,
-                        help="JSON of an earlier run (another checkout) to show beside")
-    parser.add_argument("--out", type=Path, default=None, help="Markdown table to write")
     args = parser.parse_args()
-    # "-dirty" when the checkout has changes not committed yet
-    commit = subprocess.run(["git", "-C", str(args.checkout), "describe", "--always", "--dirty",
-                             "--abbrev=7"], capture_output=True, text=True).stdout.strip()
+    commit = git_describe(args.checkout, abbrev=7)
     results = run(args.checkout, args.only, tuple(args.groups))
-    json_path = REPO / "benchmarks" / "results" / f"hostile-probes-{args.label}.json"
+    json_path = RESULTS / f"hostile-probes-{args.label}.json"
     if json_path.is_file():  # keep the other groups' results of the same commit
         earlier = json.loads(json_path.read_text())
         if earlier.get("commit") == commit:
             results = {**earlier["results"], **results}
     record = {"label": args.label, "commit": commit, "results": results}
     json_path.write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n")
-    if args.out is not None and args.merge is not None:
-        before = json.loads(args.merge.read_text())
-        lines = ["# Hostile-user probes: before and after", "",
-                 f"`python -m benchmarks.hostile_probes` on {before['commit']} (before) and "
-                 f"{commit} (after), 2-core CPU; each probe runs in a fresh temporary folder.",
-                 "", "| finding | before | after |", "|---|---|---|"]
-        lines += table_rows([name for name, _ in probes()], before["results"], results)
-        args.out.write_text("\n".join(lines) + "\n")
-        print(f"wrote {args.out}")
+    write_table(args, commit, results, [name for name, _ in probes()],
+                ("Hostile-user probes", "python -m benchmarks.hostile_probes", "finding"))
 
 
 if __name__ == "__main__":

@@ -17,23 +17,19 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from typing import Any
 
-from selfpu_cost import (  # the same results-file form (benchmarks/ is on sys.path)
-    cost_parser,
-    mnist_setup,
-    record,
-)
-
-from adni_pu import config as cfgmod
-from adni_pu import fileio
-from adni_pu.pu.config import TrainConfig, preset_settings
-from adni_pu.pu.trainer import Trainer
+from benchmarks.common import cost_parser, cost_record, mnist_setup, write_json
 
 MODES = ("double-backward", "jvp")
 
 
-def phase2_run(data, common: dict, mode: str, epochs: int) -> list[dict]:
+def phase2_run(data: Any, common: dict, mode: str, epochs: int) -> list[dict]:
     """The history of a run whose every epoch is phase 2, with ``mode``'s hypergradient."""
+    from adni_pu import config as cfgmod
+    from adni_pu.pu.config import TrainConfig, preset_settings
+    from adni_pu.pu.trainer import Trainer
+
     sp = preset_settings("selfpu")
     sp["selfpu"].update({"warmup_epochs": 0, "self_paced_end": epochs, "select_every": 1,
                          "hypergradient": mode})
@@ -54,7 +50,7 @@ def largest_difference(a: list[dict], b: list[dict]) -> float:
 
 
 def main() -> None:
-    parser = cost_parser(__doc__, "benchmarks/results/hypergradient-cost-mnist.json")
+    parser = cost_parser(__doc__, "hypergradient-cost-mnist.json")
     parser.add_argument("--epochs", type=int, default=2)
     args = parser.parse_args()
     data, common = mnist_setup(args)
@@ -65,8 +61,8 @@ def main() -> None:
         histories.setdefault(mode, history)
         seconds[mode] += [r["time/train_seconds"] for r in history]
     mean = {m: statistics.mean(v) for m, v in seconds.items()}
-    result = record(
-        "hypergradient-cost-mnist", "benchmarks/hypergradient_cost.py", args,
+    result = cost_record(
+        "hypergradient-cost-mnist", __file__, args,
         "MNIST (original IDX), 1,000 labelled positives",
         {"model": "mlp6", "phase": 2, "epochs_per_run": args.epochs,
          "order": [*MODES, *reversed(MODES)]},
@@ -75,7 +71,7 @@ def main() -> None:
          "jvp_over_double_backward": mean["jvp"] / mean["double-backward"],
          "largest_relative_difference_of_training_statistics": largest_difference(
              histories["double-backward"], histories["jvp"])})
-    fileio.atomic_write_text(args.out, json.dumps(result, indent=2) + "\n")
+    write_json(args.out, result)
     print(json.dumps(result["results"], indent=2))
 
 

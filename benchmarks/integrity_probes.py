@@ -1,4 +1,4 @@
-"""Issue 25's probes: each data-integrity defect as a reproducible check on one checkout.
+"""The data-integrity probes: each defect as a reproducible check on one checkout.
 
 Runs every probe against the ``adni_pu`` of ``--checkout`` (a clone or worktree of this
 repository at any commit) in a fresh temporary folder, through the command line or the
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -29,7 +28,8 @@ import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from benchmarks.common import REPO, RESULTS, checkout_env, git_describe, script_parser
+
 FAST = ['skullstrip.method="template"', "registration.resolution_mm=4.0",
         "registration.iterations=[30, 10]", "registration.shrink_factors=[2, 1]",
         "registration.smoothing_sigmas=[1.0, 0.0]", "qc.min_brain_ml=100", "n4.enabled=false"]
@@ -40,8 +40,9 @@ class Probe:
 
     def __init__(self, checkout: Path, work: Path) -> None:
         self.checkout, self.work = checkout.resolve(), work
-        self.env = {**os.environ, "PYTHONPATH": f"{self.checkout}:{REPO / 'tests'}",
-                    "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+        # the checkout's package, then this checkout's test helpers (tests/)
+        self.env = {**checkout_env(self.checkout, REPO / "tests"), "PYTHONUNBUFFERED": "1",
+                    "OMP_NUM_THREADS": "1"}
 
     def py(self, code: str, timeout: float = 300) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=self.work,
@@ -129,12 +130,16 @@ from volume_helpers import make_volume_cohort, tiny_overrides
 """
 
 
+def tiny_sets(p: Probe, epochs: int = 1) -> list[str]:
+    """The ``--set`` arguments of a seconds-long run of the tests' tiny network."""
+    lines = p.py(TINY + f"print('\\n'.join(tiny_overrides({epochs})))").stdout.split("\n")
+    return _sets([o for o in lines if o])
+
+
 def _trained(p: Probe) -> Path:
     if not (p.work / "run" / "best_model.pt").is_file():
         p.py(TINY + "make_volume_cohort(Path('cohort'))")
-        overrides = p.py(TINY + "print('\\n'.join(tiny_overrides(1)))").stdout.split("\n")
-        p.cli("train", "cohort/manifest.csv", "run", "--preset", "naive",
-              *_sets([o for o in overrides if o]))
+        p.cli("train", "cohort/manifest.csv", "run", "--preset", "naive", *tiny_sets(p))
     return p.work / "run"
 
 
@@ -156,9 +161,7 @@ def truncated_train(p: Probe) -> str:
     shutil.copytree(p.work / "cohort", p.work / "cohort2")
     vol = p.work / "cohort2" / "vol" / "sub-3_ses-bl_desc-preproc_T1w.nii"
     vol.write_bytes(vol.read_bytes()[: vol.stat().st_size // 2])
-    overrides = p.py(TINY + "print('\\n'.join(tiny_overrides(1)))").stdout.split("\n")
-    r = p.cli("train", "cohort2/manifest.csv", "run2", "--preset", "naive",
-              *_sets([o for o in overrides if o]))
+    r = p.cli("train", "cohort2/manifest.csv", "run2", "--preset", "naive", *tiny_sets(p))
     left = "a run folder is left" if (p.work / "run2").exists() else "no run folder"
     return f"exit {r.returncode}, {left}: {_last(r.stderr)[:110]}"
 
@@ -206,11 +209,46 @@ def demo_epochs(p: Probe) -> str:
         return "still running after 60 s (the cohort was being generated)"
 
 
+def outcome(fn: Callable[[Probe], str], probe: Probe, width: int) -> str:
+    """A probe's result on one line; a probe that breaks says how, in ``width`` characters."""
+    try:
+        return " ".join(fn(probe).split())
+    except Exception as exc:  # noqa: BLE001 - a probe's failure is its result
+        return f"probe failed: {type(exc).__name__}: {exc}"[:width]
+
+
 def table_rows(names: list[str], before: dict[str, str], after: dict[str, str]) -> list[str]:
     """The Markdown rows ``| probe | before | after |`` of a probe table ("-": not run)."""
     return [f"| {name} | " + " | ".join(c.replace("|", "/") for c in
                                         (before.get(name, "-"), after.get(name, "-"))) + " |"
             for name in names]
+
+
+def add_probe_options(parser: argparse.ArgumentParser) -> None:
+    """A probe table's options: the checkout probed, the run's label, the earlier run to
+    show beside it and the Markdown table to write."""
+    parser.add_argument("--checkout", type=Path, default=REPO)
+    parser.add_argument("--label", default="after")
+    parser.add_argument("--merge", type=Path, default=None,
+                        help="JSON of an earlier run (another checkout) to show beside")
+    parser.add_argument("--out", type=Path, default=None, help="Markdown table to write")
+
+
+def write_table(args: argparse.Namespace, commit: str, results: dict[str, str],
+                names: list[str], heading: tuple[str, str, str], note: str = "") -> None:
+    """With ``--out`` and ``--merge``: the table of the earlier run ("before") beside this
+    one ("after"). ``heading``: the title, the command that ran, the first column's name."""
+    if args.out is None or args.merge is None:
+        return
+    title, command, column = heading
+    before = json.loads(args.merge.read_text())
+    lines = [f"# {title}: before and after", "",
+             f"`{command}` on {before['commit']} (before) and {commit} (after), 2-core CPU; "
+             "each probe runs in a fresh temporary folder." + note, "",
+             f"| {column} | before | after |", "|---|---|---|"]
+    lines += table_rows(names, before["results"], results)
+    args.out.write_text("\n".join(lines) + "\n")
+    print(f"wrote {args.out}")
 
 
 PROBES: list[tuple[str, Callable[[Probe], str]]] = [
@@ -229,37 +267,22 @@ PROBES: list[tuple[str, Callable[[Probe], str]]] = [
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--checkout", type=Path, default=REPO)
-    parser.add_argument("--label", default="after")
-    parser.add_argument("--merge", type=Path, default=None,
-                        help="JSON of an earlier run (another checkout) to show beside")
-    parser.add_argument("--out", type=Path, default=None, help="Markdown table to write")
+    parser = script_parser(__doc__)
+    add_probe_options(parser)
     args = parser.parse_args()
-    commit = subprocess.run(["git", "-C", str(args.checkout), "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True).stdout.strip()
+    commit = git_describe(args.checkout, abbrev=7)
     results = {}
     with tempfile.TemporaryDirectory(prefix="adni-pu-probes-") as tmp:
         probe = Probe(args.checkout, Path(tmp))
         for name, fn in PROBES:
-            try:
-                results[name] = " ".join(fn(probe).split())
-            except Exception as exc:  # noqa: BLE001 - a probe's failure is its result
-                results[name] = f"probe failed: {type(exc).__name__}: {exc}"[:160]
+            results[name] = outcome(fn, probe, 160)
             print(f"{name}: {results[name]}", flush=True)
     record = {"label": args.label, "commit": commit, "results": results}
-    json_path = REPO / "benchmarks" / "results" / f"issue25-probes-{args.label}.json"
+    json_path = RESULTS / f"issue25-probes-{args.label}.json"
     json_path.write_text(json.dumps(record, indent=2) + "\n")
-    if args.out is not None and args.merge is not None:
-        before = json.loads(args.merge.read_text())
-        lines = ["# Issue 25 probes: before and after", "",
-                 f"`python benchmarks/integrity_probes.py` on {before['commit']} (before) and "
-                 f"{commit} (after), 2-core CPU; each probe runs in a fresh temporary folder. "
-                 "Cohort-table probes: `issue25-probes-cohort.md`.", "",
-                 "| defect | before | after |", "|---|---|---|"]
-        lines += table_rows([name for name, _ in PROBES], before["results"], results)
-        args.out.write_text("\n".join(lines) + "\n")
-        print(f"wrote {args.out}")
+    write_table(args, commit, results, [name for name, _ in PROBES],
+                ("Issue 25 probes", "python benchmarks/integrity_probes.py", "defect"),
+                note=" Cohort-table probes: `issue25-probes-cohort.md`.")
 
 
 if __name__ == "__main__":

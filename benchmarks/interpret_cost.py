@@ -27,15 +27,12 @@ Writes ``benchmarks/results/interpret-cost-cpu.json``.
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from benchmarks.common import add_out, command_line, script_parser, write_json
 
 METHODS = ("gradcam", "gradients", "occlusion")
 TINY = {"data.brain_size": "[24, 24, 24]", "data.hipp_size": "[16, 16, 16]",
@@ -129,7 +126,8 @@ def tiny_run(work: Path, manifest: Path, epochs: int, sanity: int, n_boot: int) 
     """Train the tiny run, evaluate it, map its test split with every method."""
     from adni_pu.workflows.evaluate import evaluate_run
     from adni_pu.workflows.interpret import interpret_run
-    from adni_pu.workflows.train import load_volume_config, train_volumes
+    from adni_pu.workflows.train import train_volumes
+    from adni_pu.workflows.volume_settings import load_volume_config
 
     run = work / "run"
     sets = [f"train.epochs={epochs}", "train.batch_size=8", "train.lr=0.01",
@@ -166,7 +164,7 @@ def tiny_run(work: Path, manifest: Path, epochs: int, sanity: int, n_boot: int) 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = script_parser(__doc__)
     parser.add_argument("--work", type=Path, default=Path("runs/interpret-cost"))
     parser.add_argument("--subjects", type=int, default=80)
     parser.add_argument("--epochs", type=int, default=20)
@@ -177,13 +175,11 @@ def main() -> None:
     parser.add_argument("--bootstrap", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--machine", default="2-core CPU VM, no GPU (shared with other jobs)")
-    parser.add_argument("--out", type=Path,
-                        default=REPO / "benchmarks" / "results" / "interpret-cost-cpu.json")
+    add_out(parser, "interpret-cost-cpu.json")
     args = parser.parse_args()
 
     import torch
 
-    from adni_pu.fileio import atomic_write_text
     from adni_pu.provenance import package_versions
 
     torch.set_num_threads(1)
@@ -194,8 +190,7 @@ def main() -> None:
     volume = Path(pd.read_csv(manifest)["scan_path"].iloc[0])
     result = {
         "benchmark": "adni-pu interpret: CPU seconds per scan and sanity checks",
-        "command": "OMP_NUM_THREADS=1 python benchmarks/interpret_cost.py "
-                   + " ".join(sys.argv[1:]),
+        "command": command_line(__file__, prefix="OMP_NUM_THREADS=1"),
         "machine": args.machine, "torch_threads": torch.get_num_threads(),
         "versions": package_versions(),
         "full_size": full_size_cost(volume),
@@ -205,7 +200,7 @@ def main() -> None:
                              "severity; cortical 0, ventricles 0, no preclinical positives)",
                    "oracle_auc_hippocampal_loss": oracle_auc(args.work)},
     }
-    atomic_write_text(args.out, json.dumps(result, indent=2) + "\n")
+    write_json(args.out, result)
     print(f"wrote {args.out}")
 
 

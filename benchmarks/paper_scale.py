@@ -32,14 +32,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-from adni_pu.fileio import atomic_write_text  # noqa: E402 - light; after the path above
-from adni_pu.pu.metrics import TABLE_METRICS, metric_label  # noqa: E402 - numpy only
+from adni_pu.fileio import atomic_write_text
+from adni_pu.pu.metrics import TABLE_METRICS, metric_label
+from benchmarks.common import (
+    REPO,
+    add_prepare_options,
+    add_run_options,
+    command_line,
+    mean_std_cell,
+    prepare_cohort,
+    script_parser,
+    train_on_split,
+    write_json,
+)
 
 RESULTS = REPO / "benchmarks" / "results" / "paper-scale"
 METHODS = ("naive", "upu", "nnpu", "selfpu")
@@ -61,77 +69,43 @@ def _settings(work: Path, subjects: int, cohort_seed: int, preprocessing: str, w
 
 def prepare(args: argparse.Namespace) -> None:
     """Generate (and with ``--preprocessing real`` preprocess) the cohort once."""
-    from adni_pu.workflows.demo import generate_stage, preprocess_stage
-
     settings = _settings(args.work, args.subjects, args.cohort_seed, args.preprocessing,
                          args.workers)
-    settings.out.mkdir(parents=True, exist_ok=True)
-    tic = time.perf_counter()
-    synth = generate_stage(settings.out, settings, print)
-    summary, note = preprocess_stage(settings.out, synth, settings, print)
-    info = {"subjects": args.subjects, "cohort_seed": args.cohort_seed,
-            "summary": str(summary), "preprocessing": note, "synth": settings.synth,
-            "seconds": round(time.perf_counter() - tic, 1), "workers": args.workers}
-    atomic_write_text(settings.out / "prepared.json", json.dumps(info, indent=2) + "\n")
-    print(json.dumps(info, indent=2))
+    prepare_cohort(settings, {"subjects": args.subjects, "cohort_seed": args.cohort_seed,
+                              "synth": settings.synth, "workers": args.workers})
 
 
 def run(args: argparse.Namespace) -> None:
     """Train one method on one seed's split and score its held-out subjects once."""
-    import pandas as pd
-    import torch
-
     from adni_pu.cohort import pu_summary
     from adni_pu.provenance import provenance
-    from adni_pu.workflows.crossval import pooled_metrics
-    from adni_pu.workflows.demo import cohort_stage, demo_prior, method_settings, train_method
 
-    torch.set_num_threads(args.threads)
-    work = args.work
-    info = json.loads((work / "prepared.json").read_text())
+    subjects = json.loads((args.work / "prepared.json").read_text())["subjects"]
     tic = time.perf_counter()
-    cohort, manifest = cohort_stage(
-        work / f"cohort-seed{args.seed}", work / "synth", Path(info["summary"]), args.seed,
-        print, test_fraction=TEST_SUBJECTS / info["subjects"], val_fraction=VAL_FRACTION)
-    extra, prior_note, prior = demo_prior(cohort.manifest)
-    settings = method_settings(args.epochs, args.seed, args.threads, work / "cache", extra)
-    run_dir = work / "runs" / f"{args.method}-seed{args.seed}"
-    record = train_method(manifest, args.method, run_dir, settings, print, overrides=args.set)
-    pooled = pooled_metrics(pd.DataFrame(record["predictions"]), n_boot=1000)
-    splits = {s: pu_summary(cohort.manifest[cohort.manifest["split"] == s])
-              for s in ("train", "val", "test")}
+    done = train_on_split(args, print, test_fraction=TEST_SUBJECTS / subjects,
+                          val_fraction=VAL_FRACTION)
+    info, pooled, manifest = done["info"], done["pooled"], done["cohort"].manifest
+    splits = {s: pu_summary(manifest[manifest["split"] == s]) for s in ("train", "val", "test")}
     out = {
         "benchmark": "paper-scale synthetic ADNI: naive vs uPU vs nnPU vs Self-PU",
-        "command": " ".join(["python", "benchmarks/paper_scale.py", *sys.argv[1:]]),
+        "command": command_line(__file__),
         "date": time.strftime("%Y-%m-%d"), "machine": f"{args.machine}; torch threads "
         f"{args.threads}", "data": f"synthetic ADNI-like cohort ({info['preprocessing']})",
         "method": args.method, "seed": args.seed, "epochs": args.epochs,
         "cohort": {"subjects": info["subjects"], "cohort_seed": info["cohort_seed"],
-                   "synth": info["synth"], "prior": prior, "prior_note": prior_note,
-                   "splits": splits},
-        "settings": settings, "overrides": args.set,
+                   "synth": info["synth"], "prior": done["prior"],
+                   "prior_note": done["prior_note"], "splits": splits},
+        "settings": done["settings"], "overrides": args.set,
         "wall_s": round(time.perf_counter() - tic, 1),
         "metrics": pooled["metrics"], "n_scored": pooled["n_scored"],
         "n_positive": pooled["n_positive"], "n_hidden": pooled.get("n_hidden"),
-        "result": record, "provenance": provenance(),
+        "result": done["record"], "provenance": provenance(),
     }
-    args.results.mkdir(parents=True, exist_ok=True)
-    path = args.results / f"{args.method}-seed{args.seed}.json"
-    atomic_write_text(path, json.dumps(out, indent=2, default=str) + "\n")
+    path = write_json(args.results / f"{args.method}-seed{args.seed}.json", out, default=str)
     m = pooled["metrics"]
     print(f"{args.method} seed {args.seed}: accuracy {m['accuracy']['value']:.3f}, AUC "
           f"{m['auc']['value']:.3f}, hidden-positive recall "
           f"{m['hidden_positive_recall']['value']:.3f} ({out['wall_s']:.0f} s) -> {path}")
-
-
-def _cell(values: list[float]) -> str:
-    """Mean (sample std) in percent; the bare value for one seed."""
-    from adni_pu.pu.metrics import summarise
-
-    s = summarise(values)
-    if s["n"] == 0:
-        return "-"
-    return f"{100 * s['mean']:.1f}" + (f" ({100 * s['std']:.1f})" if s["n"] > 1 else "")
 
 
 def load_results(directory: Path) -> dict[str, list[dict]]:
@@ -178,7 +152,7 @@ def table(args: argparse.Namespace) -> None:
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     summary = {}
     for method, recs in results.items():
-        cells = [_cell([r["metrics"][m]["value"] for r in recs]) for m in TABLE_METRICS]
+        cells = [mean_std_cell([r["metrics"][m]["value"] for r in recs]) for m in TABLE_METRICS]
         minutes = summarise([r["wall_s"] / 60 for r in recs])["mean"]
         machines = sorted({r["machine"] for r in recs})
         rows.append(f"| {method} | {', '.join(str(r['seed']) for r in recs)} | "
@@ -192,7 +166,7 @@ def table(args: argparse.Namespace) -> None:
     for name, key in (("call everyone negative", "all_negative_accuracy"),
                       ("call everyone positive", "all_positive_accuracy")):
         rows.append(f"| *reference: {name}* | {', '.join(str(r['seed']) for r in any_recs)} | "
-                    + _cell([r["metrics"][key]["value"] for r in any_recs])
+                    + mean_std_cell([r["metrics"][key]["value"] for r in any_recs])
                     + " |" + " - |" * (len(head) - 3))
     paired = paired_rows(results, args.boot)
     first = any_recs[0]
@@ -229,30 +203,20 @@ def table(args: argparse.Namespace) -> None:
               "/*.json` (each file has its command, settings, machine and versions).", ""]
     text = "\n".join(lines)
     atomic_write_text(args.out.with_suffix(".md"), text)
-    atomic_write_text(args.out.with_suffix(".json"), json.dumps(
-        {"command": "python benchmarks/paper_scale.py " + " ".join(sys.argv[1:]),
-         "paper": PAPER, "methods": summary, "paired": paired,
-         "provenance": provenance()}, indent=2, default=str) + "\n")
+    write_json(args.out.with_suffix(".json"), {
+        "command": command_line(__file__), "paper": PAPER, "methods": summary,
+        "paired": paired, "provenance": provenance()}, default=str)
     print(text)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = script_parser(__doc__)
     sub = parser.add_subparsers(dest="step", required=True)
     p = sub.add_parser("prepare", help="generate (and preprocess) the cohort")
-    p.add_argument("--subjects", type=int, default=SUBJECTS)
-    p.add_argument("--work", type=Path, default=Path("runs/paper-scale"))
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--cohort-seed", type=int, default=0)
+    add_prepare_options(p, "runs/paper-scale", subjects=SUBJECTS)
     p.add_argument("--preprocessing", choices=("ideal", "real"), default="ideal")
     r = sub.add_parser("run", help="train and test one method with one seed")
-    r.add_argument("--work", type=Path, default=Path("runs/paper-scale"))
-    r.add_argument("--method", choices=METHODS, required=True)
-    r.add_argument("--seed", type=int, default=0)
-    r.add_argument("--epochs", type=int, default=8)
-    r.add_argument("--threads", type=int, default=2)
-    r.add_argument("--set", action="append", default=[], help="extra setting override")
-    r.add_argument("--machine", default="2-core CPU VM, no GPU")
+    add_run_options(r, METHODS, "runs/paper-scale", epochs=8, threads=2)
     r.add_argument("--results", type=Path, default=RESULTS,
                    help="folder for the results file (another machine's pieces)")
     t = sub.add_parser("table", help="aggregate the results files")

@@ -23,7 +23,6 @@ time limit, exit 75, is not a failure).
 
 from __future__ import annotations
 
-import argparse
 import os
 import shlex
 import subprocess
@@ -32,6 +31,8 @@ import tarfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from benchmarks.common import cli_command, script_parser
 
 SMALL = ("results.json", "results.md", "result.json", "metrics.csv", "config.toml",
          "progress.json", "data.json", "selection.json", "provenance.json")
@@ -60,8 +61,7 @@ def run_job(name: str, args: list[str], runs: Path, time_limit: float | None,
     out = runs / name
     if (out / "results.json").is_file():
         return name, 0, 0.0
-    cmd = [sys.executable, "-c", "from adni_pu.cli.app import main; main()", "benchmark",
-           *args, "--out", str(out)]
+    cmd = cli_command("benchmark", *args, "--out", str(out))
     if time_limit is not None:
         cmd += ["--time-limit", str(time_limit)]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
@@ -88,7 +88,7 @@ def pack(runs: Path, target: Path, with_checkpoints: bool) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = script_parser(__doc__)
     parser.add_argument("jobs_file", type=Path)
     parser.add_argument("--runs", type=Path, default=Path("runs/parallel"))
     parser.add_argument("--jobs", type=int, default=8, help="jobs at a time")

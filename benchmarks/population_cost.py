@@ -25,27 +25,20 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from adni_pu import config as cfgmod
-from adni_pu import fileio
-from adni_pu.data.benchmarks import load_benchmark
-from adni_pu.pu.config import TrainConfig, preset_settings
-from adni_pu.pu.population import fit_population
-from adni_pu.pu.trainer import Trainer
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from selfpu_cost import record  # noqa: E402
+from benchmarks.common import add_out, cost_record, script_parser, write_json
 
 SCHEDULE = {1: 10, 2: 40, 3: 150}  # the Self-PU preset's epochs per phase (200 in all)
 
 
-def config(seed: int, device: str, hypergradient: str) -> TrainConfig:
+def config(seed: int, device: str, hypergradient: str) -> Any:
+    """The Self-PU preset's ``TrainConfig`` for a 2 + 1 + 1 epoch run (mlp6)."""
+    from adni_pu import config as cfgmod
+    from adni_pu.pu.config import TrainConfig, preset_settings
+
     settings = preset_settings("selfpu")
     settings["selfpu"].update({"warmup_epochs": 2, "self_paced_end": 3,
                                "hypergradient": hypergradient})
@@ -61,6 +54,13 @@ def phase_seconds(history: list[dict[str, Any]]) -> dict[str, float]:
 
 def run_mode(size: int | None, args: argparse.Namespace, hypergradient: str,
              capture: bool = False) -> dict[str, Any]:
+    """One mode's seconds per epoch by phase, the projection and the peak GPU memory."""
+    import torch
+
+    from adni_pu.data.benchmarks import load_benchmark
+    from adni_pu.pu.population import fit_population
+    from adni_pu.pu.trainer import Trainer
+
     seeds = list(range(1 if size is None else size))
     trainers = []
     for seed in seeds:
@@ -88,10 +88,9 @@ def run_mode(size: int | None, args: argparse.Namespace, hypergradient: str,
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = script_parser(__doc__)
     parser.add_argument("--data-dir", type=Path, default=Path("../shared/data/mnist"))
-    parser.add_argument("--out", type=Path,
-                        default=Path("benchmarks/results/population-cost-mnist.json"))
+    add_out(parser, "population-cost-mnist.json")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 10])
     parser.add_argument("--jvp", action="store_true", help="also time hypergradient = jvp")
@@ -99,6 +98,8 @@ def main() -> None:
                         help="also time each population with its step as a CUDA graph")
     parser.add_argument("--threads", type=int, default=0)
     args = parser.parse_args()
+    import torch
+
     if args.threads:
         torch.set_num_threads(args.threads)
     done: dict[str, Any] = {}
@@ -120,12 +121,12 @@ def main() -> None:
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
-        result = record("population-cost-mnist", "benchmarks/population_cost.py", args,
+        result = cost_record("population-cost-mnist", __file__, args,
                         "MNIST (original IDX), n_p = 1000, full training split",
                         {"preset": "selfpu", "model": "mlp6", "gpu": gpu,
                          "epochs_timed": "the last of each phase of a 2 + 1 + 1 epoch run",
                          "projection": SCHEDULE}, done)
-        fileio.atomic_write_text(args.out, json.dumps(result, indent=2) + "\n")
+        write_json(args.out, result)
 
 
 if __name__ == "__main__":

@@ -16,25 +16,23 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-import torch
-from torch.profiler import ProfilerActivity, profile
-
-from adni_pu import fileio
-from adni_pu.data.benchmarks import load_benchmark
-from adni_pu.pu import population
-from adni_pu.pu.trainer import Trainer
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from population_cost import config  # noqa: E402
-from selfpu_cost import record  # noqa: E402
+from benchmarks.common import add_out, cost_record, script_parser, write_json
+from benchmarks.population_cost import config
 
 
 def count_mode(size: int | None, args: argparse.Namespace) -> dict[str, Any]:
+    """Per phase: batches, ``aten::`` operators per batch and the profiled seconds of one
+    run alone (``size`` None) or of a population of ``size`` runs."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from adni_pu.data.benchmarks import load_benchmark
+    from adni_pu.pu import population
+    from adni_pu.pu.trainer import Trainer
+
     trainers = []
     for seed in range(1 if size is None else size):
         cfg = config(seed, "cpu", "double-backward")
@@ -43,10 +41,10 @@ def count_mode(size: int | None, args: argparse.Namespace) -> dict[str, Any]:
                               train_limit=args.train_limit, test_limit=1000)
         trainers.append(Trainer(cfg, data, log=lambda msg: None))
     for t in trainers:
-        t.begin_fit()
+        t.fit_start()
     out: dict[str, Any] = {"runs": len(trainers)}
     for epoch in range(3):
-        rows = [t.open_epoch(epoch) for t in trainers]
+        rows = [t.epoch_start(epoch) for t in trainers]
         start = time.perf_counter()
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             if size is None:
@@ -59,31 +57,32 @@ def count_mode(size: int | None, args: argparse.Namespace) -> dict[str, Any]:
         out[f"phase{rows[0]['phase']}"] = {"batches": batches, "ops_per_batch": ops / batches,
                                            "train_seconds_profiled": seconds}
         for t, row, st in zip(trainers, rows, stats):
-            t.close_epoch(row, st, start, 0.0)
+            t.epoch_end(row, st, start, 0.0)
     return out
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = script_parser(__doc__)
     parser.add_argument("--data-dir", type=Path, default=Path("../shared/data/mnist"))
-    parser.add_argument("--out", type=Path,
-                        default=Path("benchmarks/results/population-ops-mnist.json"))
+    add_out(parser, "population-ops-mnist.json")
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 4])
     parser.add_argument("--train-limit", type=int, default=6000)
     parser.add_argument("--n-labelled", type=int, default=100)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
+    import torch
+
     torch.set_num_threads(args.threads)
     results = {"alone": count_mode(None, args)}
     for size in args.sizes:
         results[f"population-{size}"] = count_mode(size, args)
         print(json.dumps(results, indent=1), flush=True)
-    out = record("population-ops-mnist", "benchmarks/population_ops.py", args,
+    out = cost_record("population-ops-mnist", __file__, args,
                  f"MNIST (original IDX), seeded subset of {args.train_limit} training images",
                  {"preset": "selfpu", "model": "mlp6", "epochs": "1 per phase",
                   "counted": "aten:: operators recorded by torch.profiler in the training "
                              "pass, per batch"}, results)
-    fileio.atomic_write_text(args.out, json.dumps(out, indent=2) + "\n")
+    write_json(args.out, out)
 
 
 if __name__ == "__main__":

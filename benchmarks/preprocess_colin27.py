@@ -13,8 +13,6 @@ Measures, with the default settings (deepbet skull stripping, ANTs affine):
 
 from __future__ import annotations
 
-import argparse
-import datetime as dt
 import json
 import sys
 import tempfile
@@ -23,21 +21,26 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared/data/mri/colin27"
-
-
-def _dice(a: np.ndarray, b: np.ndarray) -> float:
-    return float(2 * (a & b).sum() / max(a.sum() + b.sum(), 1))
+from benchmarks.common import (
+    COLIN27,
+    add_out,
+    command_line,
+    dice,
+    machine,
+    script_parser,
+    today,
+    write_json,
+)
+from benchmarks.qc.cases import bias_field
 
 
 def _variants(workdir: Path) -> dict[str, tuple[Path, dict]]:
     """ch2 as given, axes permuted + flipped, and with a strong bias field."""
     import nibabel as nib
 
-    img = nib.load(str(DATA / "ch2.nii.gz"))
+    img = nib.load(str(COLIN27 / "ch2.nii.gz"))
     data = np.asarray(img.dataobj, dtype=np.float32)
-    out = {"original": (DATA / "ch2.nii.gz", {})}
+    out = {"original": (COLIN27 / "ch2.nii.gz", {})}
     # permute voxel axes (x,y,z) -> (z,x,y) and flip the new first axis; world unchanged
     perm = (2, 0, 1)
     pdata = np.transpose(data, perm)[::-1]
@@ -49,11 +52,9 @@ def _variants(workdir: Path) -> dict[str, tuple[Path, dict]]:
     nib.save(nib.Nifti1Image(pdata, paff), str(p))
     out["permuted_flipped"] = (p, {"perm": perm, "flip_axis": 0})
     # strong bias: exp(0.4 * smooth field) -> about x0.67 .. x1.5 across the head
-    grid = np.meshgrid(*[np.linspace(-1, 1, n) for n in data.shape], indexing="ij")
-    field = np.sin(1.3 * grid[0] + 0.4) * np.cos(1.1 * grid[1] - 0.3) + 0.5 * grid[2]
-    field /= np.abs(field).max()
     b = workdir / "ch2bias.nii.gz"
-    nib.save(nib.Nifti1Image((data * np.exp(0.4 * field)).astype(np.float32), img.affine), str(b))
+    nib.save(nib.Nifti1Image((data * bias_field(data.shape, 0.4)).astype(np.float32),
+                             img.affine), str(b))
     out["bias_field"] = (b, {"bias": "exp(0.4 * smooth field in [-1, 1])"})
     return out
 
@@ -78,7 +79,8 @@ def _masks(out: Path, subject: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def targets_met(results: dict) -> dict:
-    """Which of the issue's targets this run meets (on the original scan)."""
+    """Which of the targets (the record's ``targets``) this run meets, on the original
+    scan."""
     orig = results.get("per_scan", {}).get("original", {})
     out = {
         "brain_dice>=0.935": orig.get("brain_dice_vs_ch2bet", 0) >= 0.935,
@@ -93,15 +95,15 @@ def targets_met(results: dict) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and write the result JSON."""
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = script_parser(__doc__)
     parser.add_argument("--workdir", type=Path, default=None)
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/preprocess-colin27.json")
+    add_out(parser, "preprocess-colin27.json")
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--skip-alternative", action="store_true",
                         help="do not also run skullstrip.method=template on the original")
     args = parser.parse_args(argv)
-    if not DATA.is_dir():
-        print(f"{DATA} not found: nothing to benchmark", file=sys.stderr)
+    if not COLIN27.is_dir():
+        print(f"{COLIN27} not found: nothing to benchmark", file=sys.stderr)
         return 2
 
     import nibabel as nib
@@ -121,8 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     summary1 = run_preprocessing(scans, out1, cfg, workers=1, progress=False)
     serial_wall = time.perf_counter() - t0
 
-    ref = nib.as_closest_canonical(nib.load(str(DATA / "ch2bet.nii.gz"))).get_fdata() > 0
-    aal = np.asarray(nib.as_closest_canonical(nib.load(str(DATA / "aal.nii.gz"))).dataobj)
+    ref = nib.as_closest_canonical(nib.load(str(COLIN27 / "ch2bet.nii.gz"))).get_fdata() > 0
+    aal = np.asarray(nib.as_closest_canonical(nib.load(str(COLIN27 / "aal.nii.gz"))).dataobj)
     cer_ref = (aal >= 91) & (aal <= 116) & ref
     rest = ref & ~cer_ref
     results: dict = {"per_scan": {}}
@@ -138,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
             b, c = _masks(out1, scan.subject_id)
             masks[name] = (b, c)
             entry.update(
-                brain_dice_vs_ch2bet=round(_dice(b, ref), 4),
+                brain_dice_vs_ch2bet=round(dice(b, ref), 4),
                 cerebellum_coverage_of_aal=round(float((c & cer_ref).sum() / cer_ref.sum()), 4),
                 cerebellum_share_of_rest_of_brain=round(float((c & rest).sum() / rest.sum()), 4),
             )
@@ -146,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     if "original" in masks:
         ob, oc = masks["original"]
         results["robustness_dice_vs_original"] = {
-            name: {"brain": round(_dice(b, ob), 4), "cerebellum": round(_dice(c, oc), 4)}
+            name: {"brain": round(dice(b, ob), 4), "cerebellum": round(dice(c, oc), 4)}
             for name, (b, c) in masks.items() if name != "original"}
     results["serial_1_worker"] = {
         "scans": len(scans), "wall_seconds": round(serial_wall, 1),
@@ -173,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
             sid = scans[0].subject_id
             side = json.loads(_outputs(out3, sid)["sidecar"].read_text())
             entry.update(
-                brain_dice_vs_ch2bet=round(_dice(b, ref), 4),
+                brain_dice_vs_ch2bet=round(dice(b, ref), 4),
                 cpu_seconds=side.get("cpu_seconds"), timings_s=side.get("timings_s"),
                 cerebellum_coverage_of_aal=round(float((c & cer_ref).sum() / cer_ref.sum()), 4),
                 cerebellum_share_of_rest_of_brain=round(float((c & rest).sum() / rest.sum()), 4))
@@ -181,10 +183,10 @@ def main(argv: list[str] | None = None) -> int:
     results["targets_met"] = targets_met(results)
     record = {
         "benchmark": "preprocess-colin27",
-        "command": "python benchmarks/preprocess_colin27.py " + " ".join(argv or sys.argv[1:]),
-        "date": dt.date.today().isoformat(),
-        "machine": "2-core CPU, no GPU (shared with 3 other engineers' jobs while measured: "
-                   "wall times are inflated; cpu_seconds is the process CPU time)",
+        "command": command_line(__file__, argv),
+        "date": today(),
+        "machine": machine(" (shared with other jobs while measured: wall times are "
+                           "inflated; cpu_seconds is the process CPU time)"),
         "data": "Colin27 (mricron-data): ch2.nii.gz, ch2bet.nii.gz > 0 as reference, aal.nii.gz "
                 "labels 91-116 as the cerebellum",
         "settings": {k: v for k, v in to_dict(cfg).items() if k != "runner"},
@@ -193,8 +195,7 @@ def main(argv: list[str] | None = None) -> int:
                     "cerebellum_share_of_rest": "<= 0.03", "seconds_per_scan": "<= 60"},
         "results": results,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(record, indent=2) + "\n")
+    write_json(args.out, record)
     print(json.dumps(results, indent=2))
     return 0
 

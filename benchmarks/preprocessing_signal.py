@@ -24,17 +24,13 @@ The cohort uses the demo's synthetic settings (``adni_pu.workflows.demo.DemoSett
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-RESULTS = REPO / "benchmarks" / "results"
+from benchmarks.common import REPO, RESULTS, command_line, script_parser, write_json
 
 
 def _scan_pairs(synth: Path, prep: Path):
@@ -109,7 +105,7 @@ def measure(synth: Path, prep: Path) -> dict:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = script_parser(__doc__)
     p.add_argument("--name", required=True)
     p.add_argument("--voxel", type=float, default=3.0)
     p.add_argument("--fast", action="store_true", help="the demo's fast registration settings")
@@ -120,7 +116,6 @@ def main() -> None:
     args = p.parse_args()
 
     from adni_pu import config as cfgmod
-    from adni_pu import fileio
     from adni_pu.preprocessing import load_config, run_preprocessing
     from adni_pu.provenance import provenance
     from adni_pu.synth import SynthConfig, generate_cohort
@@ -138,15 +133,13 @@ def main() -> None:
     t2 = time.perf_counter()
     record = {
         "benchmark": "hippocampal signal: ideal vs really preprocessed synthetic volumes",
-        "command": "python benchmarks/preprocessing_signal.py " + " ".join(sys.argv[1:]),
+        "command": command_line(__file__),
         "subjects": args.subjects, "seed": args.seed, "voxel_mm": args.voxel,
         "preprocessing_settings": values, "synth": cfgmod.to_dict(synth_cfg),
         "seconds": {"generate": round(t1 - t0, 1), "preprocess": round(t2 - t1, 1)},
         "result": measure(work / "synth", work / "prep"), "provenance": provenance(),
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"preprocessing-signal-{args.name}.json"
-    fileio.atomic_write_text(path, json.dumps(record, indent=2, default=str) + "\n")
+    path = write_json(RESULTS / f"preprocessing-signal-{args.name}.json", record, default=str)
     print(json.dumps(record["result"], indent=2))
     print(f"wrote {path}")
 

@@ -1,4 +1,4 @@
-"""Selection rules compared on the validation split alone (issue 11, tuning-log step 10).
+"""Selection rules compared on the validation split alone (the tuning log's step 10).
 
 The best-epoch rule keeps the lowest validation PU risk over every epoch and candidate. With
 about 100 labelled validation positives that minimum is partly luck (the winner's curse),
@@ -31,7 +31,6 @@ teachers' average, which has no such column).
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 from collections.abc import Callable
@@ -46,6 +45,7 @@ from adni_pu.fileio import atomic_write_text
 from adni_pu.pu import selection
 from adni_pu.pu.metrics import average_logits, sigmoid
 from adni_pu.pu.recorders import read_metrics_csv
+from benchmarks.common import script_parser
 
 WINDOWS = (3, 5, 9, 15, 25)
 
@@ -306,7 +306,7 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = script_parser(__doc__)
     ap.add_argument("runs", nargs="+", type=Path, help="run folders holding seed*/val_logits")
     ap.add_argument("--halvings", type=int, default=200)
     ap.add_argument("--json", type=Path)

@@ -23,15 +23,11 @@ compares it with the literature.
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from benchmarks.common import RESULTS, command_line, script_parser, write_json
 
 
 def effect_sizes(cfg, n_subjects: int, seed: int = 1) -> dict:
@@ -73,25 +69,23 @@ def effect_sizes(cfg, n_subjects: int, seed: int = 1) -> dict:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = script_parser(__doc__)
     p.add_argument("--subjects", type=int, default=4000)
     args = p.parse_args()
 
     from adni_pu import config as cfgmod
-    from adni_pu import fileio
     from adni_pu.provenance import provenance
     from adni_pu.synth import SynthConfig
     from adni_pu.workflows.demo import DemoSettings
 
     demo = cfgmod.from_dict(SynthConfig, DemoSettings().synth)
-    record = {"command": "python benchmarks/synth_effect_sizes.py " + " ".join(sys.argv[1:]),
+    record = {"command": command_line(__file__),
               "subjects": args.subjects,
               "demo": {"synth": DemoSettings().synth,
                        "result": effect_sizes(demo, args.subjects)},
               "generator_defaults": {"result": effect_sizes(SynthConfig(), args.subjects)},
               "provenance": provenance()}
-    path = REPO / "benchmarks" / "results" / "synth-effect-sizes.json"
-    fileio.atomic_write_text(path, json.dumps(record, indent=2, default=str) + "\n")
+    path = write_json(RESULTS / "synth-effect-sizes.json", record, default=str)
     print(json.dumps({k: record[k]["result"] for k in ("demo", "generator_defaults")},
                      indent=2))
     print(f"wrote {path}")

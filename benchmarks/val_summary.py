@@ -24,7 +24,6 @@ Runs cut short (no ``result.json``) are summarised over the epochs they finished
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import math
@@ -34,6 +33,7 @@ from typing import Any
 
 from adni_pu.pu import selection
 from adni_pu.pu.selection import LOWER_IS_BETTER  # the trainer's own criteria
+from benchmarks.common import script_parser
 
 
 def _float(value: str | None) -> float | None:
@@ -180,7 +180,7 @@ def markdown(summary: dict[str, Any]) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = script_parser(__doc__)
     parser.add_argument("roots", type=Path, nargs="+")
     parser.add_argument("--criterion", default="pu_risk", choices=sorted(LOWER_IS_BETTER))
     parser.add_argument("--json", type=Path, default=None)

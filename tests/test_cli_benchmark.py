@@ -12,7 +12,7 @@ from conftest import shared_path
 from typer.testing import CliRunner
 
 from adni_pu.cli.app import app
-from adni_pu.workflows.benchmark import unpack_bits
+from adni_pu.workflows.results_format import unpack_bits
 
 runner = CliRunner()
 

@@ -110,7 +110,8 @@ def _volume_worker(rank: int, world: int, port: int, manifest: str, out: str,
                        "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank)})
     torch.set_num_threads(1)
     from adni_pu.distributed import shutdown
-    from adni_pu.workflows.train import load_volume_config, train_volumes
+    from adni_pu.workflows.train import train_volumes
+    from adni_pu.workflows.volume_settings import load_volume_config
 
     cfg = load_volume_config(None, overrides, preset="nnpu")
     fit = train_volumes(manifest, cfg, out, log=lambda m: None)

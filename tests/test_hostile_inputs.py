@@ -34,7 +34,8 @@ def cohort(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def run(cohort: Path) -> Path:
     """A run trained for one epoch on the cohort (for predict)."""
-    from adni_pu.workflows.train import load_volume_config, train_volumes
+    from adni_pu.workflows.train import train_volumes
+    from adni_pu.workflows.volume_settings import load_volume_config
 
     out = cohort.parent / "run"
     train_volumes(cohort, load_volume_config(None, tiny_overrides(1), preset="naive"), out,
@@ -154,7 +155,8 @@ def _manifest_with(cohort: Path, tmp_path: Path, scan: Path, replaced: int = 3) 
 ])
 def test_train_checks_every_scan_before_making_the_run_folder(
         cohort: Path, tmp_path: Path, kind: str, message: str) -> None:
-    from adni_pu.workflows.train import load_volume_config, train_volumes
+    from adni_pu.workflows.train import train_volumes
+    from adni_pu.workflows.volume_settings import load_volume_config
 
     data, affine = _grid_scan(cohort, 3)
     scan = tmp_path / "bad.nii.gz"

@@ -151,12 +151,12 @@ def test_colin27_stored_with_an_offset_is_judged_as_colin27() -> None:
     int16 ``x * 10 - 1000``."""
     from test_preprocessing_qc import _colin27_2mm
 
-    from benchmarks.qc_calibration import _rician
+    from benchmarks.qc.cases import rician
 
     shared_path("mri", "colin27")
     data, brain, _affine = _colin27_2mm()
     spacing = (2.0, 2.0, 2.0)
-    for image in (data, _rician(data, 0.15, 3)):
+    for image in (data, rician(data, 0.15, 3)):
         plain = _mask_metrics(image, brain, spacing)
         shifted = _mask_metrics(np.round(image * 10 - 1000).astype(np.int16), brain, spacing)
         for name, value in plain.items():

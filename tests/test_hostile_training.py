@@ -23,7 +23,8 @@ from adni_pu.cohort import read_manifest
 from adni_pu.cohort.tables import normalise_subject_id
 from adni_pu.errors import ConfigError, LeakageError, ManifestError, ResumeError
 from adni_pu.workflows.evaluate import evaluate_run
-from adni_pu.workflows.train import load_volume_config, train_volumes
+from adni_pu.workflows.train import train_volumes
+from adni_pu.workflows.volume_settings import load_volume_config
 
 runner = CliRunner()
 

@@ -48,7 +48,8 @@ def test_whole_volumes_pass_and_truncated_ones_are_named(tmp_path: Path) -> None
 def test_training_refuses_a_truncated_scan_before_making_the_run_folder(tmp_path: Path) -> None:
     from volume_helpers import make_volume_cohort, tiny_overrides
 
-    from adni_pu.workflows.train import load_volume_config, train_volumes
+    from adni_pu.workflows.train import train_volumes
+    from adni_pu.workflows.volume_settings import load_volume_config
 
     manifest = make_volume_cohort(tmp_path / "cohort")
     scan = tmp_path / "cohort" / "vol" / "sub-3_ses-bl_desc-preproc_T1w.nii"
@@ -95,7 +96,7 @@ def test_benchmark_with_no_seeds_is_a_one_line_error(tmp_path: Path) -> None:
 
 def test_a_bad_set_value_is_blamed_on_the_set_not_on_the_settings_file(tmp_path: Path) -> None:
     from adni_pu.errors import ConfigError
-    from adni_pu.workflows.train import load_volume_config
+    from adni_pu.workflows.volume_settings import load_volume_config
 
     cfg = tmp_path / "c.toml"
     cfg.write_text("[train]\nepochs = 2\n")

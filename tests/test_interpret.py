@@ -34,7 +34,8 @@ from adni_pu.workflows.interpret import (
     hippocampus_mask,
     interpret_run,
 )
-from adni_pu.workflows.train import load_volume_config, train_volumes
+from adni_pu.workflows.train import train_volumes
+from adni_pu.workflows.volume_settings import load_volume_config
 
 
 @pytest.fixture(scope="module")

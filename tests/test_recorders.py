@@ -22,14 +22,14 @@ class _Tape(Recorder):
     def __init__(self) -> None:
         self.calls: list[tuple[str, int | None]] = []
 
-    def fit_start(self, trainer) -> None:
+    def fit_start(self, run) -> None:
         self.calls.append(("start", None))
 
-    def epoch_end(self, trainer, row) -> None:
-        assert trainer.history[-1] is row  # the row is in the history when recorders see it
+    def epoch_end(self, run, row) -> None:
+        assert run.state.history[-1] is row  # the row is in the history when recorders see it
         self.calls.append(("epoch", row["epoch"]))
 
-    def fit_end(self, trainer) -> None:
+    def fit_end(self, run) -> None:
         self.calls.append(("end", None))
 
 
@@ -145,7 +145,7 @@ def test_metrics_csv_appends_rows_and_rewrites_only_for_new_columns_or_a_new_fit
     monkeypatch.setattr(recorders, "write_metrics_csv", counted)
     path = tmp_path / "run" / "metrics.csv"
     path.parent.mkdir()
-    trainer = SimpleNamespace(is_main=True, history=[])
+    run = SimpleNamespace(is_main=True, state=SimpleNamespace(history=[]))
     rows = [{"epoch": 0, "phase": 1, "loss": 0.5}, {"epoch": 1, "phase": 1, "loss": 0.25},
             {"epoch": 2, "phase": 2, "loss": 0.125, "trusted": 7},
             {"epoch": 3, "phase": 3, "loss": 1 / 3}]
@@ -155,11 +155,11 @@ def test_metrics_csv_appends_rows_and_rewrites_only_for_new_columns_or_a_new_fit
         return (tmp_path / "expected.csv").read_text()
 
     recorder = recorders.MetricsCsv(path.parent)
-    recorder.fit_start(trainer)
+    recorder.fit_start(run)
     for row in rows:
-        trainer.history.append(row)
-        recorder.epoch_end(trainer, row)
-        assert path.read_text() == expected(trainer.history)
+        run.state.history.append(row)
+        recorder.epoch_end(run, row)
+        assert path.read_text() == expected(run.state.history)
     assert whole == [1, 3]  # the first epoch and the one with a new column; the rest appended
     assert read_metrics_csv(path)[3] == {"epoch": "3", "phase": "3", "loss": str(1 / 3),
                                          "trusted": ""}
@@ -167,13 +167,13 @@ def test_metrics_csv_appends_rows_and_rewrites_only_for_new_columns_or_a_new_fit
     # A resume from the checkpoint of epoch 1: the file has later rows and a torn one.
     with path.open("a") as handle:
         handle.write("4,3,0.1")
-    trainer.history = rows[:2]
+    run.state.history = rows[:2]
     resumed = recorders.MetricsCsv(path.parent)
-    resumed.fit_start(trainer)
+    resumed.fit_start(run)
     row = {"epoch": 2, "phase": 2, "loss": 0.2, "trusted": 9}
-    trainer.history = [*rows[:2], row]
-    resumed.epoch_end(trainer, row)
-    assert path.read_text() == expected(trainer.history)
+    run.state.history = [*rows[:2], row]
+    resumed.epoch_end(run, row)
+    assert path.read_text() == expected(run.state.history)
     assert [r["epoch"] for r in read_metrics_csv(path)] == ["0", "1", "2"]
 
 

@@ -76,7 +76,7 @@ def test_band_layout_and_prior_in_the_trainer(tiny_pu):
     assert np.array_equal(st.band_pos, expected) and 0 < len(expected) < trainer.n_p
     # default: pi_rest counted from the pseudo-labels, with U' leaving out the labelled
     # positives' copies that case-control D_U holds (all n_p of them here)
-    assert tiny_pu.scheme == "case-control" and trainer.n_copies == trainer.n_p
+    assert tiny_pu.scheme == "case-control" and trainer.run.n_copies == trainer.n_p
     n_pos = int(st.trusted.pseudo_labels.sum())
     assert st.prior_rest == pytest.approx(
         (trainer.prior_u * trainer.n_u - trainer.n_p - n_pos)
@@ -105,7 +105,7 @@ def test_band_layout_and_prior_in_the_trainer(tiny_pu):
                    trainer.n_p))
     assert f_val != f_band  # the two estimates differ on this data, so both are checked
     batches = trainer.epoch_batches(np.random.default_rng(0))
-    trainer.strategy.begin_training(0, 2)
+    trainer.strategy.training_start(0, 2)
     layouts = trainer.strategy.layouts(EpochPlan.of(batches), 2)
     for batch, lay in zip(batches, layouts):
         rows = trainer.entries.base[batch]
@@ -115,7 +115,7 @@ def test_band_layout_and_prior_in_the_trainer(tiny_pu):
     plain = Trainer(tiny_config(method="selfpu", selfpu={"warmup_epochs": 0}), tiny_pu)
     plain.strategy.select(0)
     assert plain.students[0].band_pos is None
-    plain.strategy.begin_training(0, 2)
+    plain.strategy.training_start(0, 2)
     lay = plain.strategy.layouts(EpochPlan.of(batches), 2)[0]
     assert "band_pos" not in lay.rows(0)
 
@@ -283,7 +283,7 @@ def test_band_rest_rows_leave_out_the_labelled_copies(tiny_pu):
     trainer.strategy.select(0)
     batches = trainer.epoch_batches(np.random.default_rng(0))
     members = [s.trusted.membership(len(tiny_pu.train))[0] for s in trainer.students]
-    trainer.strategy.begin_training(0, 2)
+    trainer.strategy.training_start(0, 2)
     seen_copy = False
     for batch, lay in zip(batches, trainer.strategy.layouts(EpochPlan.of(batches), 2)):
         rows = trainer.entries.base[batch]

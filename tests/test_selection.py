@@ -12,6 +12,7 @@ import torch
 from conftest import tiny_config
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from adni_pu.pu import selection
 from adni_pu.pu.trainer import Trainer
 
 # phase 1 for one epoch, phase 2 for two, phase 3 (teachers) for the rest
@@ -51,12 +52,12 @@ def test_final_rule_chooses_among_the_finalists_after_the_last_epoch(tiny_pu, tm
     trainer = Trainer(cfg, tiny_pu, tmp_path / "run")
     fit = trainer.fit()
     last = fit.history[-1]
-    assert trainer.strategy.finalists() == finalists
+    assert list(selection.finalist_models(trainer.run)) == finalists
     assert fit.best_epoch == cfg.epochs - 1
     assert fit.best_candidate == chosen_by_validation(last, finalists)
     assert fit.best_score == last[f"val/{fit.best_candidate}/pu_risk"]
     # the selected state is the finalist as it is at the end
-    live = trainer.strategy.candidates()
+    live = {n.name: n.module for n in selection.candidates(trainer.state.networks())}
     if fit.best_candidate == "average":
         expected = {"average": [{k: v.cpu() for k, v in m.state_dict().items()}
                                 for m in live.values()]}
@@ -75,19 +76,22 @@ def test_final_rule_chooses_among_the_finalists_after_the_last_epoch(tiny_pu, tm
 
 
 @pytest.mark.parametrize("selection", ["best_epoch", "final"])
-def test_final_rule_keeps_the_end_when_earlier_epochs_score_better(tiny_pu, selection):
+def test_final_rule_keeps_the_end_when_earlier_epochs_score_better(tiny_pu, selection,
+                                                                     monkeypatch):
     """Validation scores that worsen with every evaluation: the best-epoch rule keeps the
     first epoch, the final rule the finalists after the last one."""
+    from adni_pu.pu.run import RunView
+
     trainer = Trainer(selfpu(selection=selection), tiny_pu)
-    original = trainer.val_scores
+    original = RunView.val_scores
     calls = iter(range(10_000))
 
-    def worsening(logits):
-        scores = original(logits)
+    def worsening(run, logits):
+        scores = original(run, logits)
         scores["pu_risk"] += next(calls)
         return scores
 
-    trainer.val_scores = worsening  # type: ignore[method-assign]
+    monkeypatch.setattr(RunView, "val_scores", worsening)
     fit = trainer.fit()
     if selection == "best_epoch":
         assert (fit.best_epoch, fit.best_candidate) == (0, "student1")
@@ -114,7 +118,7 @@ def test_best_epoch_rule_also_records_the_finalists(tiny_pu):
     assert "val/average/pu_risk" not in last  # metrics.csv keeps its columns under this rule
     assert {n: scores[n] for n in ("teacher1", "teacher2")} == {
         n: last[f"val/{n}/pu_risk"] for n in ("teacher1", "teacher2")}
-    average = trainer.strategy.finalist_models()["average"]
+    average = selection.finalist_models(trainer.run)["average"]
     assert scores["average"] == pytest.approx(trainer.val_scores(
         trainer.predict_logits(average, tiny_pu.val))["pu_risk"], rel=1e-5)
     assert trainer.final["choice"] == min(scores, key=lambda n: (scores[n], n))
@@ -237,7 +241,8 @@ def test_benchmark_result_carries_the_finalists_diagnostics(tmp_path, monkeypatc
     from test_readers import write_mnist
 
     from adni_pu.data import readers
-    from adni_pu.workflows.benchmark import BenchmarkSpec, aggregate, markdown_table, run_seed
+    from adni_pu.workflows.benchmark import BenchmarkSpec, run_seed
+    from adni_pu.workflows.results_format import aggregate, markdown_table
 
     monkeypatch.setitem(readers.MNIST_COUNTS, "train", 200)
     monkeypatch.setitem(readers.MNIST_COUNTS, "test", 40)
@@ -271,7 +276,8 @@ def test_volume_run_recomputes_teacher_batchnorm_and_keeps_a_finalist(tmp_path):
     """The map-style (3-D volume) path: dict batches through the loader, un-augmented view."""
     from volume_helpers import make_volume_cohort, tiny_overrides
 
-    from adni_pu.workflows.train import load_volume_config, train_volumes
+    from adni_pu.workflows.train import train_volumes
+    from adni_pu.workflows.volume_settings import load_volume_config
 
     manifest = make_volume_cohort(tmp_path / "cohort")
     sp = ["train.selfpu.warmup_epochs=1", "train.selfpu.self_paced_end=2",

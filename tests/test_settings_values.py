@@ -9,7 +9,11 @@ import pytest
 
 from adni_pu import config as cfgmod
 from adni_pu.workflows.benchmark import BenchmarkSpec, resolve_config
-from adni_pu.workflows.train import VolumeTrainConfig, load_volume_config, with_derived_values
+from adni_pu.workflows.volume_settings import (
+    VolumeTrainConfig,
+    load_volume_config,
+    with_derived_values,
+)
 
 
 @dataclass
@@ -88,7 +92,7 @@ def test_benchmark_settings_are_values_and_the_run_seed_wins():
 
 
 def test_demo_settings_as_values_resolve_as_the_set_strings_did(tmp_path):
-    from adni_pu.workflows.demo import method_settings
+    from adni_pu.workflows.demo_policy import method_settings
 
     cache = tmp_path / "cache"
     as_text = ["train.batch_size=8", "train.eval_batch_size=16", "train.lr=0.001",

@@ -46,7 +46,7 @@ def _syncs_per_epoch(tiny_pu, batch_size: int, **cfg) -> list[list[str]]:
     trainer = Trainer(tiny_config(batch_size=batch_size, **cfg), tiny_pu)
     calls = []
     for epoch in range(cfg["epochs"]):
-        trainer.strategy.before_epoch(epoch, {})  # Self-PU's selection, outside the count
+        trainer.strategy.epoch_start(epoch, {})  # Self-PU's selection, outside the count
         with SyncSpy() as spy:
             trainer.train_epoch(epoch)
         calls.append(spy.calls)
@@ -194,7 +194,7 @@ def test_run_cut_into_pieces_equals_uninterrupted(tiny_pu, tmp_path, monkeypatch
     pieces = _fit_in_pieces(cfg, tiny_pu, tmp_path / "pieces", abort_mid_epoch, monkeypatch)
     assert pieces == 4
     resumed = Trainer(cfg, tiny_pu, tmp_path / "pieces")
-    checkpoint.resume(resumed)
+    checkpoint.resume(resumed.run, resumed.strategy.make_teachers)
     for a, b in zip(_weights(straight), _weights(resumed)):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
     strip = [{k: v for k, v in r.items() if not k.startswith("time/")} for r in
@@ -221,7 +221,7 @@ def test_bf16_checkpoint_is_half_size_and_resumes(tiny_images, tmp_path):
     while not Trainer(half, tiny_images, run).fit(deadline=time.monotonic()).complete:
         pass
     resumed = Trainer(half, tiny_images, run)
-    checkpoint.resume(resumed)
+    checkpoint.resume(resumed.run, resumed.strategy.make_teachers)
     assert [p.dtype for p in resumed.students[0].model.parameters()][0] == torch.float32
     # each resume continues from rounded values: the losses follow the straight run closely
     for a, b in zip(straight.history, resumed.history):
@@ -323,7 +323,7 @@ def test_population_step_never_waits_for_the_device(tiny_pu, monkeypatch, settin
         calls = []
         for epoch in range(3):
             for t in trainers:
-                t.strategy.before_epoch(epoch, {})
+                t.strategy.epoch_start(epoch, {})
             with SyncSpy() as spy:
                 population.train_epoch(trainers, epoch)
             calls.append(spy.calls)
@@ -385,7 +385,7 @@ def test_population_step_is_the_same_at_every_batch(tiny_pu, monkeypatch, settin
                 for s in (0, 1)]
     for epoch in range(4):
         for t in trainers:
-            t.strategy.before_epoch(epoch, {})
+            t.strategy.epoch_start(epoch, {})
         logs.clear()
         population.train_epoch(trainers, epoch)
         assert len(logs) > 2

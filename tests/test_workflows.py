@@ -19,7 +19,8 @@ from adni_pu.errors import OutputError, ResumeError, VolumeRunError
 from adni_pu.fileio import sha256_file
 from adni_pu.workflows.evaluate import METRICS, evaluate_run
 from adni_pu.workflows.predict import predict_scans, preprocess_folder
-from adni_pu.workflows.train import load_volume_config, train_volumes
+from adni_pu.workflows.train import train_volumes
+from adni_pu.workflows.volume_settings import load_volume_config
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,6 @@
-"""``adni-pu benchmark {mnist,cifar10}``: the paper's benchmark tables, mean (std) over seeds."""
+"""``adni-pu benchmark {mnist,cifar10}``: the paper's benchmarks, mean (std) over seeds;
+``adni-pu benchmark table``: one table from a folder of their results files; ``adni-pu
+presets``: the training presets and the benchmark protocol's."""
 
 from __future__ import annotations
 
@@ -27,7 +29,8 @@ def _run(dataset: str, method: str, preset: str | None, seeds: int, seed_offset:
          results_json: Path | None, threads: int, device: str,
          train_limit: int | None = None, test_limit: int | None = None,
          time_limit: float | None = None, population: int | None = None) -> None:
-    from adni_pu.workflows.benchmark import BenchmarkSpec, markdown_table, run_benchmark
+    from adni_pu.workflows.benchmark import BenchmarkSpec, run_benchmark
+    from adni_pu.workflows.results_format import markdown_table
 
     if method not in ("naive", "upu", "nnpu", "selfpu"):
         raise typer.BadParameter(f"{method!r}: expected naive, upu, nnpu or selfpu",
@@ -108,12 +111,79 @@ bench_app.command("mnist")(_command("mnist"))
 bench_app.command("cifar10")(_command("cifar10"))
 
 
+def _pair(text: str) -> tuple[str, str]:
+    parts = text.split(",")
+    if len(parts) != 2 or not all(parts):
+        raise typer.BadParameter(f"{text!r}: expected A,B (two labels)", param_hint="--pair")
+    return parts[0], parts[1]
+
+
+def table(
+    folder: Annotated[Path, typer.Argument(
+        metavar="FOLDER", show_default=False,
+        help="folder of results files (`--results-json` of each run)")],
+    out: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        show_default="FOLDER-table beside FOLDER",
+        help="output stem: writes STEM.md and STEM.json")] = None,
+    pair: Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
+        show_default="none", metavar="A,B",
+        help="also report A minus B (repeatable)")] = None,
+    ablation: Annotated[bool, typer.Option(
+        help="rows are presets; state and check the schedule per row")] = False,
+    allow_mixed_schedule: Annotated[bool, typer.Option(
+        help="with --ablation: flag rows with another schedule instead of refusing")] = False,
+    label_from_name: Annotated[bool, typer.Option(
+        help="label = file name without -s<seed> (rows that differ by --set only)")] = False,
+    final_rule: Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
+        show_default="none", metavar="LABEL",
+        help="report LABEL by the final-model rule's test accuracy (repeatable)")] = None,
+    protocol: Annotated[bool, typer.Option(
+        help="the benchmark protocol: every Self-PU row by the final rule, the baselines by "
+             "their runs' own selection (instead of --final-rule)")] = False,
+) -> None:
+    """Build one table from a folder of benchmark results files: mean (std) over seeds and
+    paired differences with 95 % CIs."""
+    from adni_pu.workflows.results_table import write_table
+
+    pairs = [_pair(p) for p in pair or []]
+    command = " ".join(
+        ["adni-pu benchmark table", str(folder)]
+        + ([f"--out {out}"] if out is not None else [])
+        + [f"--pair {a},{b}" for a, b in pairs]
+        + [flag for flag, on in (("--ablation", ablation),
+                                 ("--allow-mixed-schedule", allow_mixed_schedule),
+                                 ("--label-from-name", label_from_name)) if on]
+        + [f"--final-rule {label}" for label in final_rule or []]
+        + (["--protocol"] if protocol else []))
+    text, stem = write_table(folder, out, pairs, ablation, allow_mixed_schedule, command,
+                             label_from_name, tuple(final_rule or ()), protocol)
+    typer.echo(text)
+    typer.echo(f"table: {stem.with_name(stem.name + '.md')} and .json")
+
+
+bench_app.command("table")(table)
+
+
 def presets() -> None:
-    """List the named training configurations (the paper's ablation rows and baselines)."""
-    from adni_pu.pu.config import PRESET_DESCRIPTIONS
+    """List the named training configurations (the paper's ablation rows and baselines) and
+    the benchmark protocol's presets."""
+    from adni_pu.pu.config import PRESET_DESCRIPTIONS, PROTOCOL_DESCRIPTIONS, protocol_settings
 
     for name, text in PRESET_DESCRIPTIONS.items():
         typer.echo(f"{name:20s} {text}")
+    typer.echo("\nbenchmark protocol (`adni-pu benchmark` sets these under the training preset; "
+               "a settings file or --set overrides them):")
+    for name, text in PROTOCOL_DESCRIPTIONS.items():
+        values = ", ".join(f"{key}={_toml_value(value)}"
+                           for key, value in protocol_settings(name).items())
+        typer.echo(f"{name:20s} {text}: {values}")
+
+
+def _toml_value(value: Any) -> str:
+    """A setting's value as ``--set`` takes it (``true``, ``0.0005``, ``"final"``)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return f'"{value}"' if isinstance(value, str) else repr(value)
 
 
 def register(app: typer.Typer) -> None:

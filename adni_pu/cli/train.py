@@ -32,7 +32,8 @@ def train(
     out_opt: deprecated_path("--out", "RUN") = None,
 ) -> None:
     """Train on the manifest's train split, select on val; write the run folder RUN."""
-    from adni_pu.workflows.train import load_volume_config, train_volumes
+    from adni_pu.workflows.train import train_volumes
+    from adni_pu.workflows.volume_settings import load_volume_config
 
     manifest = positional_path(manifest, manifest_opt, "MANIFEST", "--manifest")
     out = positional_path(run, out_opt, "RUN", "--out")

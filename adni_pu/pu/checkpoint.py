@@ -34,6 +34,7 @@ from adni_pu import config as cfgmod
 from adni_pu.errors import ResumeError
 from adni_pu.fileio import atomic_torch_save
 from adni_pu.pu.config import TrainConfig
+from adni_pu.pu.run import RunState, RunView
 from adni_pu.pu.trusted_set import TrustedSet
 
 LAST = Path("checkpoints") / "last.pt"
@@ -87,26 +88,27 @@ def candidate_state(models: dict[str, nn.Module], candidates: dict[str, nn.Modul
     return {"single": cpu_state(models[name])}
 
 
-def save_last(trainer: Any, epoch: int, path: Path) -> None:
-    """Write the resumable state of ``trainer`` after ``epoch`` to ``path``."""
-    state = {
+def save_last(run: RunView, epoch: int, path: Path) -> None:
+    """Write the resumable state of ``run`` after ``epoch`` to ``path``."""
+    state = run.state
+    saved = {
         "epoch": epoch,
-        "fingerprint": config_fingerprint(trainer.cfg),
+        "fingerprint": config_fingerprint(run.cfg),
         "students": [
             {"model": st.model.state_dict(), "optimizer": st.optimizer.state_dict(),
              "scheduler": st.scheduler.state_dict(), "trusted": st.trusted.state(),
              "prior_rest": st.prior_rest, "band_pos": st.band_pos,
              "teacher": st.teacher.state_dict() if st.teacher is not None else None}
-            for st in trainer.students
+            for st in state.students
         ],
-        "history": trainer.history,
-        "best": trainer.best,
-        "final": trainer.final,
+        "history": state.history,
+        "best": state.best,
+        "final": state.final,
     }
-    if trainer.cfg.checkpoint_precision == "bfloat16":
-        state["students"] = half_size(state["students"])
-        state["best"] = {**trainer.best, "state": half_size(trainer.best["state"])}
-    atomic_torch_save(state, path)
+    if run.cfg.checkpoint_precision == "bfloat16":
+        saved["students"] = half_size(saved["students"])
+        saved["best"] = {**state.best, "state": half_size(state.best["state"])}
+    atomic_torch_save(saved, path)
 
 
 def read_last(path: Path, cfg: TrainConfig, device: torch.device, settings_file: Path
@@ -124,51 +126,52 @@ def read_last(path: Path, cfg: TrainConfig, device: torch.device, settings_file:
     return state
 
 
-def check_resume(trainer: Any) -> dict[str, Any] | None:
-    """The trainer's run folder's checkpoint (None when there is none).
+def check_resume(run: RunView) -> dict[str, Any] | None:
+    """The run folder's checkpoint (None when there is none).
 
     Raises :class:`ResumeError` when it was made with other settings. Callers that write
     into the run folder before fitting call this first, so a refused rerun leaves the
     folder as it was.
     """
-    if trainer.run_dir is None:
+    if run.run_dir is None:
         return None
-    return read_last(trainer.run_dir / LAST, trainer.cfg, trainer.device,
-                     trainer.run_dir / "config.toml")
+    return read_last(run.run_dir / LAST, run.cfg, run.device, run.run_dir / "config.toml")
 
 
-def resume(trainer: Any) -> None:
-    """Restore the trainer from its run folder's checkpoint, if there is one."""
-    state = check_resume(trainer)
-    if state is None:
+def resume(run: RunView, make_teachers: Callable[[], None]) -> None:
+    """Restore ``run`` from its run folder's checkpoint, if there is one (``make_teachers``:
+    the strategy's, for a checkpoint written in phase 3)."""
+    saved = check_resume(run)
+    if saved is None:
         return
-    restore(trainer, state)
-    trainer.log(f"resumed from {trainer.run_dir / LAST} after epoch {state['epoch'] + 1}")
+    restore(run.state, saved, make_teachers)
+    run.log(f"resumed from {run.run_dir / LAST} after epoch {saved['epoch'] + 1}")
 
 
-def restore(trainer: Any, state: dict[str, Any]) -> None:
-    """Put a checkpoint's students, history and selection back into ``trainer``."""
-    for st, saved in zip(trainer.students, state["students"]):
-        st.model.load_state_dict(saved["model"])
-        st.optimizer.load_state_dict(saved["optimizer"])
-        st.scheduler.load_state_dict(saved["scheduler"])
-        st.trusted = TrustedSet.from_state(saved["trusted"])
-        st.prior_rest = saved["prior_rest"]
-        st.band_pos = saved["band_pos"]
-    if any(saved["teacher"] is not None for saved in state["students"]):
-        trainer.strategy.make_teachers()  # the one place teachers are made
-        for st, saved in zip(trainer.students, state["students"]):
-            st.teacher.load_state_dict(saved["teacher"])
-    trainer.history = state["history"]
-    trainer.best = state["best"]
-    trainer.final = state.get("final")  # absent in checkpoints of earlier versions
-    trainer.start_epoch = state["epoch"] + 1
+def restore(state: RunState, saved: dict[str, Any], make_teachers: Callable[[], None]
+            ) -> None:
+    """Put a checkpoint's students, history and selection back into ``state``."""
+    for st, kept in zip(state.students, saved["students"]):
+        st.model.load_state_dict(kept["model"])
+        st.optimizer.load_state_dict(kept["optimizer"])
+        st.scheduler.load_state_dict(kept["scheduler"])
+        st.trusted = TrustedSet.from_state(kept["trusted"])
+        st.prior_rest = kept["prior_rest"]
+        st.band_pos = kept["band_pos"]
+    if any(kept["teacher"] is not None for kept in saved["students"]):
+        make_teachers()  # the one place teachers are made
+        for st, kept in zip(state.students, saved["students"]):
+            st.teacher.load_state_dict(kept["teacher"])  # type: ignore[union-attr]
+    state.history = saved["history"]
+    state.best = saved["best"]
+    state.final = saved.get("final")  # absent in checkpoints of earlier versions
+    state.start_epoch = saved["epoch"] + 1
 
 
-def save_selected(trainer: Any, path: Path) -> None:
+def save_selected(run: RunView, path: Path) -> None:
     """Write the selected model (``best_model.pt``)."""
-    best = trainer.best
-    atomic_torch_save({"state": best["state"], "config": cfgmod.to_dict(trainer.cfg),
+    best = run.state.best
+    atomic_torch_save({"state": best["state"], "config": cfgmod.to_dict(run.cfg),
                        "epoch": best["epoch"], "candidate": best["candidate"]}, path)
 
 

@@ -53,10 +53,7 @@ class SelfPUConfig:
     # pi_rest of the band risk. "count": (pi_u |D_U| - #pseudo-positives) / |U'|, the prior
     # correction's estimate (accurate while the trusted set's pseudo-labels are). "validation"
     # / "training": pi_u |D_U| f_band / |U'| with f_band measured on that split's labelled
-    # positives. Both are biased: training positives were fitted as positives, validation
-    # positives were never trained on, while the positives in D_U were pushed towards
-    # negative by the risk, so either split's positives score above the band more often
-    # than D_U's do and f_band comes out too small (mnist-tuning-log.md, step 5).
+    # positives (both estimate f_band too small: docs/selfpu.md, "Which pi_rest").
     band_prior: Literal["count", "validation", "training"] = "count"
     # Self-calibrated loss reweighting (learning to reweight with one virtual step).
     reweight: bool = True
@@ -223,7 +220,7 @@ TRAINING_PRESETS: dict[str, dict[str, Any]] = {
     "selfpu-swa": _sp(teacher_average="uniform", teacher_bn="recompute"),
     "published-code": _sp(labels="entropy", student_consistency="per_batch",
                           teacher_average="uniform", meta_sign_flip=True),
-    # Issue 11 ablation: full Self-PU (or nnPU) with one risk setting changed each.
+    # Full Self-PU (or nnPU) with one risk setting changed each.
     "selfpu-band": _sp(rest_risk="band"),
     "selfpu-mean-one": _sp(reweight_risk="mean-one"),
     "selfpu-positive-share": {**_sp(), "positive_share": 0.125},
@@ -265,3 +262,29 @@ PRESET_DESCRIPTIONS: dict[str, str] = {
 def preset_settings(name: str) -> dict[str, Any]:
     """The settings (as a nested dict) of preset ``name``."""
     return cfgmod.preset_table(TRAINING_PRESETS, name)
+
+
+# The benchmark protocol: what ``adni-pu benchmark`` sets beside the training preset
+# (``adni_pu.workflows.benchmark.resolve_config`` applies these by name; docs/selfpu.md,
+# "Benchmark protocol"). Each is a default: a settings file or ``--set`` overrides it.
+PROTOCOL_PRESETS: dict[str, dict[str, Any]] = {
+    # every benchmark evaluates the test split each epoch for the test-selected diagnostic;
+    # the 6-layer MLP trains without weight decay
+    "mnist-protocol": {"track_test": True, "weight_decay": 0.0},
+    # the published code's CIFAR-10 optimiser settings
+    "cifar10-protocol": {"track_test": True, "lr": 5e-4, "weight_decay": 5e-3},
+    # Self-PU rows (every preset with method = "selfpu") keep the finalist the validation
+    # split prefers after the last epoch; the baselines keep their best validation epoch
+    "selfpu-final-model": {"selection": "final"},
+}
+
+PROTOCOL_DESCRIPTIONS: dict[str, str] = {
+    "mnist-protocol": "every MNIST benchmark row",
+    "cifar10-protocol": "every CIFAR-10 benchmark row",
+    "selfpu-final-model": "benchmark rows whose training preset is Self-PU (method = selfpu)",
+}
+
+
+def protocol_settings(name: str) -> dict[str, Any]:
+    """The settings (as a nested dict) of benchmark protocol preset ``name``."""
+    return cfgmod.preset_table(PROTOCOL_PRESETS, name)

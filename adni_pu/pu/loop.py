@@ -3,7 +3,8 @@
 :func:`run_epochs` is the loop of :meth:`adni_pu.pu.trainer.Trainer.fit` (one run) and of
 :func:`adni_pu.pu.population.fit_population` (several): per epoch each run's strategy works
 before training (Self-PU selects), one call trains the epoch of every run, then each run is
-evaluated and recorded. The deadline of a run in pieces is kept here.
+evaluated and recorded, through the runs' events (:data:`adni_pu.pu.run.EVENTS`). The
+deadline of a run in pieces is kept here.
 """
 
 from __future__ import annotations
@@ -12,9 +13,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from adni_pu.errors import ConfigError
+
+if TYPE_CHECKING:
+    from adni_pu.pu.trainer import Trainer
 
 
 @dataclass
@@ -37,13 +41,13 @@ EpochTrainer = Callable[[int, "float | None"], list[dict[str, Any]]]
 """(epoch, deadline) -> the statistics of each run's training pass in that epoch."""
 
 
-def run_epochs(trainers: list[Any], train: EpochTrainer, deadline: float | None = None,
+def run_epochs(trainers: list[Trainer], train: EpochTrainer, deadline: float | None = None,
                finish_first_epoch: bool = True) -> list[FitResult]:
     """The epochs of :meth:`Trainer.fit` for one run, or for a population trained together
     (:mod:`adni_pu.pu.population`): per epoch each run's strategy works before training,
     ``train`` trains every run, and each run is evaluated and recorded."""
     for t in trainers:
-        t.begin_fit()
+        t.fit_start()
     starts = sorted({t.start_epoch for t in trainers})
     if len(starts) > 1:
         raise ConfigError(f"population runs resume from different epochs {starts}: expected "
@@ -58,7 +62,7 @@ def run_epochs(trainers: list[Any], train: EpochTrainer, deadline: float | None 
         t0 = time.perf_counter()
         rows, selects = [], []
         for t in trainers:
-            rows.append(t.open_epoch(epoch))
+            rows.append(t.epoch_start(epoch))
             selects.append(time.perf_counter() - t0 - sum(selects))
         try:
             stats = train(epoch, None if exempt else deadline)
@@ -66,5 +70,5 @@ def run_epochs(trainers: list[Any], train: EpochTrainer, deadline: float | None 
             complete = False
             break
         for t, row, st, t_select in zip(trainers, rows, stats, selects):
-            t.close_epoch(row, st, t0, t_select)
-    return [t.end_fit(complete, paused) for t in trainers]
+            t.epoch_end(row, st, t0, t_select)
+    return [t.fit_end(complete, paused) for t in trainers]

@@ -1,13 +1,13 @@
 """What a fit leaves behind, as recorders the trainer calls; the loop itself writes nothing.
 
-Like MONAI's engine handlers: :class:`~adni_pu.pu.trainer.Trainer` calls every recorder's
+Like MONAI's engine handlers: :class:`~adni_pu.pu.run.Trainer` calls every recorder's
 ``fit_start`` once before the first epoch, ``epoch_end`` after each finished epoch (with the
 epoch's row of metrics), ``fit_end`` when the last epoch is done and ``fit_paused`` when a
 deadline stopped the fit between two epochs. :func:`run_folder_recorders` is the standard
 set for a run folder; add a recorder (or pass your own list as ``Trainer(recorders=...)``)
 to record more.
 
-Only the main process records (rank 0 under torchrun); recorders check ``trainer.is_main``.
+Only the main process records (rank 0 under torchrun); recorders check ``run.is_main``.
 """
 
 from __future__ import annotations
@@ -27,21 +27,22 @@ from adni_pu import config as cfgmod
 from adni_pu.fileio import atomic_write, atomic_write_text
 from adni_pu.provenance import provenance
 from adni_pu.pu import checkpoint
+from adni_pu.pu.run import RunView
 
 
 class Recorder:
     """Base recorder: every hook does nothing."""
 
-    def fit_start(self, trainer: Any) -> None:
+    def fit_start(self, run: RunView) -> None:
         """Before the first epoch of this fit (after a resume)."""
 
-    def epoch_end(self, trainer: Any, row: dict[str, Any]) -> None:
-        """After an epoch, with its row (already appended to ``trainer.history``)."""
+    def epoch_end(self, run: RunView, row: dict[str, Any]) -> None:
+        """After an epoch, with its row (already appended to ``run.state.history``)."""
 
-    def fit_end(self, trainer: Any) -> None:
+    def fit_end(self, run: RunView) -> None:
         """After the last epoch."""
 
-    def fit_paused(self, trainer: Any) -> None:
+    def fit_paused(self, run: RunView) -> None:
         """When a time limit stopped the fit between two epochs (the state is the last
         finished epoch's; not called when an epoch was dropped midway)."""
 
@@ -54,14 +55,14 @@ class FolderRecorder(Recorder):
 
 
 class EpochLog(Recorder):
-    """One line per epoch through ``trainer.log``: losses, validation score, time."""
+    """One line per epoch through ``run.log``: losses, validation score, time."""
 
-    def epoch_end(self, trainer: Any, row: dict[str, Any]) -> None:
-        if not trainer.is_main:
+    def epoch_end(self, run: RunView, row: dict[str, Any]) -> None:
+        if not run.is_main:
             return
-        crit = trainer.cfg.val_criterion
-        parts = [f"epoch {row['epoch'] + 1}/{trainer.cfg.epochs}", f"phase {row['phase']}"]
-        for st in trainer.students:
+        crit = run.cfg.val_criterion
+        parts = [f"epoch {row['epoch'] + 1}/{run.cfg.epochs}", f"phase {row['phase']}"]
+        for st in run.state.students:
             if f"train/{st.name}/loss" in row:
                 parts.append(f"{st.name} loss {row[f'train/{st.name}/loss']:.4f}")
         parts.append(f"val {crit} {row['selected/score']:.4f} ({row['selected/candidate']})")
@@ -69,22 +70,22 @@ class EpochLog(Recorder):
         if tests:
             parts.append(f"test acc (diagnostic) {max(tests):.4f}")
         parts.append(f"{row['time/epoch_seconds']:.1f}s")
-        trainer.log(" | ".join(parts))
+        run.log(" | ".join(parts))
 
 
 class RunSettings(FolderRecorder):
     """``config.toml``, ``provenance.json`` and ``data.json`` at the start of the fit."""
 
-    def fit_start(self, trainer: Any) -> None:
-        if not trainer.is_main:
+    def fit_start(self, run: RunView) -> None:
+        if not run.is_main:
             return
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        cfgmod.save(trainer.cfg, self.run_dir / "config.toml")
+        cfgmod.save(run.cfg, self.run_dir / "config.toml")
         atomic_write_text(self.run_dir / "provenance.json",
                           json.dumps(provenance(), indent=2) + "\n")
-        info = dict(trainer.data.info)
-        info.update({"prior_used": trainer.prior, "prior_u": trainer.prior_u,
-                     "n_labelled_entries": trainer.n_p, "n_unlabelled_entries": trainer.n_u})
+        info = dict(run.data.info)
+        info.update({"prior_used": run.prior, "prior_u": run.prior_u,
+                     "n_labelled_entries": run.n_p, "n_unlabelled_entries": run.n_u})
         atomic_write_text(self.run_dir / "data.json", json.dumps(info, indent=2) + "\n")
 
 
@@ -95,8 +96,8 @@ class TensorBoard(FolderRecorder):
         super().__init__(run_dir)
         self.writer: Any = None
 
-    def epoch_end(self, trainer: Any, row: dict[str, Any]) -> None:
-        if not trainer.is_main:
+    def epoch_end(self, run: RunView, row: dict[str, Any]) -> None:
+        if not run.is_main:
             return
         if self.writer is None:
             with contextlib.suppress(ImportError):
@@ -109,7 +110,7 @@ class TensorBoard(FolderRecorder):
                     self.writer.add_scalar(key, value, row["epoch"])
             self.writer.flush()
 
-    def fit_end(self, trainer: Any) -> None:
+    def fit_end(self, run: RunView) -> None:
         if self.writer is not None:
             self.writer.close()
             self.writer = None
@@ -130,11 +131,11 @@ class MetricsCsv(FolderRecorder):
         super().__init__(run_dir)
         self.columns: list[str] | None = None
 
-    def fit_start(self, trainer: Any) -> None:
+    def fit_start(self, run: RunView) -> None:
         self.columns = None
 
-    def epoch_end(self, trainer: Any, row: dict[str, Any]) -> None:
-        if not trainer.is_main:
+    def epoch_end(self, run: RunView, row: dict[str, Any]) -> None:
+        if not run.is_main:
             return
         path = self.run_dir / "metrics.csv"
         if self.columns is not None and set(row) <= set(self.columns) and path.is_file():
@@ -148,7 +149,7 @@ class MetricsCsv(FolderRecorder):
                 os.close(fd)
             if whole:
                 return
-        self.columns = write_metrics_csv(trainer.history, path)  # also mends a short write
+        self.columns = write_metrics_csv(run.state.history, path)  # also mends a short write
 
 
 class CheckpointSaver(FolderRecorder):
@@ -159,23 +160,23 @@ class CheckpointSaver(FolderRecorder):
         super().__init__(run_dir)
         self.saved_epoch: int | None = None
 
-    def _save(self, trainer: Any, epoch: int) -> None:
-        if trainer.is_main and epoch != self.saved_epoch:
-            checkpoint.save_last(trainer, epoch, self.run_dir / checkpoint.LAST)
+    def _save(self, run: RunView, epoch: int) -> None:
+        if run.is_main and epoch != self.saved_epoch:
+            checkpoint.save_last(run, epoch, self.run_dir / checkpoint.LAST)
             self.saved_epoch = epoch
 
-    def epoch_end(self, trainer: Any, row: dict[str, Any]) -> None:
+    def epoch_end(self, run: RunView, row: dict[str, Any]) -> None:
         epoch = row["epoch"]
-        if (epoch + 1) % trainer.cfg.checkpoint_every == 0 or epoch == trainer.cfg.epochs - 1:
-            self._save(trainer, epoch)
+        if (epoch + 1) % run.cfg.checkpoint_every == 0 or epoch == run.cfg.epochs - 1:
+            self._save(run, epoch)
 
-    def fit_paused(self, trainer: Any) -> None:
-        if trainer.history:
-            self._save(trainer, trainer.history[-1]["epoch"])
+    def fit_paused(self, run: RunView) -> None:
+        if run.state.history:
+            self._save(run, run.state.history[-1]["epoch"])
 
-    def fit_end(self, trainer: Any) -> None:
-        if trainer.is_main and trainer.best["state"] is not None:
-            checkpoint.save_selected(trainer, self.run_dir / checkpoint.SELECTED)
+    def fit_end(self, run: RunView) -> None:
+        if run.is_main and run.state.best["state"] is not None:
+            checkpoint.save_selected(run, self.run_dir / checkpoint.SELECTED)
 
 
 class ValidationLogits(FolderRecorder):
@@ -185,22 +186,22 @@ class ValidationLogits(FolderRecorder):
     can be judged on one half of the validation split after choosing on the other
     (benchmarks/selection_rules.py)."""
 
-    def fit_start(self, trainer: Any) -> None:
-        if not (trainer.is_main and trainer.cfg.record_val_logits):
+    def fit_start(self, run: RunView) -> None:
+        if not (run.is_main and run.cfg.record_val_logits):
             return
         folder = self.run_dir / "val_logits"
         folder.mkdir(parents=True, exist_ok=True)
-        val = trainer.data.val
+        val = run.data.val
         arrays = {"labelled": val.labelled,
-                  "unlabelled": val.unlabelled_indices(trainer.data.scheme),
-                  "prior": np.float64(trainer.prior), "prior_u": np.float64(trainer.prior_u)}
+                  "unlabelled": val.unlabelled_indices(run.data.scheme),
+                  "prior": np.float64(run.prior), "prior_u": np.float64(run.prior_u)}
         atomic_write(folder / "split.npz", lambda tmp: _save_npz(tmp, arrays))
 
-    def epoch_end(self, trainer: Any, row: dict[str, Any]) -> None:
-        if not (trainer.is_main and trainer.cfg.record_val_logits):
+    def epoch_end(self, run: RunView, row: dict[str, Any]) -> None:
+        if not (run.is_main and run.cfg.record_val_logits):
             return
         arrays = {name: np.asarray(v, dtype=np.float32)
-                  for name, v in trainer.last_val_logits.items()}
+                  for name, v in run.state.last_val_logits.items()}
         path = self.run_dir / "val_logits" / f"epoch-{row['epoch']:04d}.npz"
         atomic_write(path, lambda tmp: _save_npz(tmp, arrays))
 
@@ -215,27 +216,27 @@ class SelectionSummary(FolderRecorder):
     the finalists' validation scores after the last epoch and their choice, seconds per
     phase."""
 
-    def fit_end(self, trainer: Any) -> None:
-        if not trainer.is_main:
+    def fit_end(self, run: RunView) -> None:
+        if not run.is_main:
             return
-        best = trainer.best
-        summary = {"selection": trainer.cfg.selection,
+        best = run.state.best
+        summary = {"selection": run.cfg.selection,
                    "best_epoch": best["epoch"], "best_candidate": best["candidate"],
-                   "val_criterion": trainer.cfg.val_criterion, "val_score": best["score"],
-                   "finalists": trainer.final,
-                   "seconds_per_epoch_by_phase": seconds_by_phase(trainer.history)}
+                   "val_criterion": run.cfg.val_criterion, "val_score": best["score"],
+                   "finalists": run.state.final,
+                   "seconds_per_epoch_by_phase": seconds_by_phase(run.state.history)}
         atomic_write_text(self.run_dir / "selection.json", json.dumps(summary, indent=2) + "\n")
 
 
 class TrainingPlots(FolderRecorder):
     """``curves.png`` and the trusted-set pictures (:func:`adni_pu.pu.plots.plot_training`)."""
 
-    def fit_end(self, trainer: Any) -> None:
-        if not trainer.is_main:
+    def fit_end(self, run: RunView) -> None:
+        if not run.is_main:
             return
         from adni_pu.pu.plots import plot_training
 
-        plot_training(trainer.history, self.run_dir, trainer.cfg.val_criterion)
+        plot_training(run.state.history, self.run_dir, run.cfg.val_criterion)
 
 
 def run_folder_recorders(run_dir: Path | None) -> list[Recorder]:
@@ -282,7 +283,7 @@ def read_metrics_csv(path: Path) -> list[dict[str, Any]]:
 def nn_correction_summary(history: list[dict[str, Any]]) -> dict[str, Any] | None:
     """Share of training batches where Kiryo's non-negative correction fired, from a history.
 
-    ``history``: ``trainer.history`` or :func:`read_metrics_csv` rows; each epoch's
+    ``history``: ``run.state.history`` or :func:`read_metrics_csv` rows; each epoch's
     ``train/<model>/nn_correction`` value is that epoch's share of batches. Returns the share
     over the whole run (mean over epochs and models: every epoch has the same number of
     batches), per phase, in the first and the last epoch, and the columns read; None when the

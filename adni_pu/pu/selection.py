@@ -5,14 +5,15 @@ benchmark scripts re-apply to recorded runs (``benchmarks/selection_rules.py``,
 ``benchmarks/val_summary.py``):
 
 - the criteria (:func:`val_scores`, :data:`LOWER_IS_BETTER`);
-- the pool that competes at an epoch (:func:`pool`: the teachers once they exist, else the
-  students, else the one model; only the teachers' average with ``final_model =
-  "average"``) and the finalists after the last epoch (:func:`finalists`);
+- the candidates (:func:`candidates`, by each network's role: the teachers once they exist,
+  else the students, else the one model), the pool that competes at an epoch (:func:`pool`;
+  only the teachers' average with ``final_model = "average"``) and the finalists after the
+  last epoch (:func:`finalists`);
 - the choice (:func:`choose`: the best score, ties broken by name, NaN only when all are);
 - :func:`judge_epoch`: one epoch's validation row and what it changes in the selection
   (``selection = "best_epoch"``: the best score over every epoch; ``"final"``: the
   finalists' choice after the last epoch); :func:`evaluate_epoch` applies it to the
-  trainer after every epoch.
+  run after every epoch.
 
 No test number enters any of it.
 """
@@ -26,10 +27,12 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
 from adni_pu.data.pu import PUSplit
 from adni_pu.pu import losses
 from adni_pu.pu.metrics import average_logits, binary_metrics, roc_auc
+from adni_pu.pu.run import Network, RunView, role_of
 
 LOWER_IS_BETTER = {"pu_risk": True, "pu_zero_one": True, "pu_auc": False, "pn_accuracy": False}
 
@@ -58,11 +61,18 @@ def choose(scores: dict[str, float], lower: bool) -> str:
     return (min if lower else max)(finite, key=lambda p: (scores[p], p))
 
 
+def candidates(networks: list[Network]) -> list[Network]:
+    """The networks that compete for selection now: the teachers once they exist, else the
+    students (or the one model)."""
+    teachers = [n for n in networks if n.role == "teacher"]
+    return teachers or [n for n in networks if n.role != "average"]
+
+
 def candidates_among(names: list[str]) -> list[str]:
-    """The candidates among recorded model names (metrics.csv columns, saved logits): the
-    teachers once they exist, else the students (or the one model); the trainer's rule."""
-    teachers = [n for n in names if n.startswith("teacher")]
-    return teachers or [n for n in names if n != "average"]
+    """:func:`candidates` among recorded network names (metrics.csv columns, saved logits),
+    their roles read by :func:`adni_pu.pu.run.role_of`."""
+    teachers = [n for n in names if role_of(n) == "teacher"]
+    return teachers or [n for n in names if role_of(n) != "average"]
 
 
 def pu_risks(loss_pos: np.ndarray, loss_neg: np.ndarray, p_mask: np.ndarray,
@@ -81,7 +91,7 @@ def pu_risks(loss_pos: np.ndarray, loss_neg: np.ndarray, p_mask: np.ndarray,
 def _teachers_average_only(candidates: list[str], final_model: str) -> bool:
     """``final_model = "average"`` with the two teachers: only their average competes."""
     return (final_model == "average" and len(candidates) == 2
-            and candidates[0].startswith("teacher"))
+            and role_of(candidates[0]) == "teacher")
 
 
 def finalists(candidates: list[str], final_model: str) -> list[str]:
@@ -152,35 +162,47 @@ def judge_epoch(val_logits: dict[str, np.ndarray], candidates: list[str], *, las
     return EpochJudgement(row, val_logits, choice, score, final, selected)
 
 
-def evaluate_epoch(engine: Any, epoch: int) -> dict[str, Any]:
-    """After ``epoch`` of ``engine`` (a :class:`~adni_pu.pu.trainer.Trainer`): the validation
-    criteria of every model (and the test accuracy, as a diagnostic only, never used), and
-    the update of ``engine.best`` and ``engine.final`` (:func:`judge_epoch`)."""
+def finalist_models(run: RunView) -> dict[str, nn.Module]:
+    """The finalists of ``run`` now as modules in evaluation mode (the average as an
+    :class:`~adni_pu.pu.checkpoint.AveragedModel` of the live candidates); for diagnostics."""
+    from adni_pu.pu.checkpoint import AveragedModel
+
+    pool_now = {n.name: n.module for n in candidates(run.state.networks())}
+    return {name: (AveragedModel(list(pool_now.values())) if name == "average"
+                   else pool_now[name]).eval()
+            for name in finalists(list(pool_now), run.cfg.selfpu.final_model)}
+
+
+def evaluate_epoch(run: RunView, epoch: int) -> dict[str, Any]:
+    """After ``epoch``: the validation criteria of every network of ``run`` (and the test
+    accuracy, as a diagnostic only, never used), and the update of the run state's ``best``
+    and ``final`` (:func:`judge_epoch`)."""
     from adni_pu.pu.checkpoint import candidate_state
 
-    cfg, strategy = engine.cfg, engine.strategy
-    models = strategy.models()
+    cfg, state = run.cfg, run.state
+    models = {n.name: n.module for n in state.networks()}
+    pool_now = {n.name: n.module for n in candidates(state.networks())}
     judged = judge_epoch(
-        {name: engine.predict_logits(m, engine.data.val) for name, m in models.items()},
-        list(strategy.candidates()), last=epoch == cfg.epochs - 1,
-        best_score=engine.best["score"], selection=cfg.selection,
+        {name: run.predict_logits(m, run.data.val) for name, m in models.items()},
+        list(pool_now), last=epoch == cfg.epochs - 1,
+        best_score=state.best["score"], selection=cfg.selection,
         final_model=cfg.selfpu.final_model, criterion=cfg.val_criterion,
-        scores_of=engine.val_scores)
-    engine.last_val_logits = judged.val_logits
+        scores_of=run.val_scores)
+    state.last_val_logits = judged.val_logits
     row = judged.row
-    if len(engine.students) == 2:
-        a, b = (judged.val_logits[st.name] > 0 for st in engine.students)
+    if len(state.students) == 2:
+        a, b = (judged.val_logits[st.name] > 0 for st in state.students)
         row["val/student_agreement"] = float((a == b).mean())
     if cfg.track_test:
         for name, m in models.items():
-            logits = engine.predict_logits(m, engine.data.test)
+            logits = run.predict_logits(m, run.data.test)
             row[f"test_diagnostic/{name}/accuracy"] = binary_metrics(
-                logits, engine.data.test.truth)["accuracy"]
+                logits, run.data.test.truth)["accuracy"]
     row["selected/candidate"] = judged.choice
     row["selected/score"] = judged.score
     if judged.final is not None:
-        engine.final = {"epoch": epoch, **judged.final}
+        state.final = {"epoch": epoch, **judged.final}  # type: ignore[typeddict-item]
     if judged.selected:
-        engine.best = {"score": judged.score, "epoch": epoch, "candidate": judged.choice,
-                       "state": candidate_state(models, strategy.candidates(), judged.choice)}
+        state.best = {"score": judged.score, "epoch": epoch, "candidate": judged.choice,
+                      "state": candidate_state(models, pool_now, judged.choice)}
     return row

@@ -1,4 +1,8 @@
-"""How each method trains, as hooks the engine (:mod:`adni_pu.pu.trainer`) calls.
+"""How each method trains, as the events of a fit (:data:`adni_pu.pu.run.EVENTS`) that the
+engine (:mod:`adni_pu.pu.trainer`) tells it of.
+
+A strategy reads the run through :class:`~adni_pu.pu.run.RunView` (the settings, data,
+priors and device, and the students in its state); it never sees the trainer.
 
 - :class:`Baseline`: naive PN, uPU or nnPU, one model throughout.
 - :class:`SelfPU`: two students (one per rate), their schedule (:meth:`SelfPU.phase`),
@@ -15,7 +19,7 @@ sets as masks (:meth:`Baseline.layouts`) and what only the method knows
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -23,11 +27,11 @@ import torch
 from torch import nn
 
 from adni_pu.errors import ConfigError
-from adni_pu.pu import calibration, objective, selection
+from adni_pu.pu import calibration, objective
 from adni_pu.pu.batching import EpochPlan
-from adni_pu.pu.checkpoint import AveragedModel
 from adni_pu.pu.device_data import channels_last, scoring_inputs
 from adni_pu.pu.metrics import sigmoid
+from adni_pu.pu.run import RunView, Student, student_name
 from adni_pu.pu.teacher import MeanTeacher, recompute_batchnorm, teacher_logits
 from adni_pu.pu.trusted_set import (
     TrustedSet,
@@ -42,28 +46,6 @@ from adni_pu.pu.trusted_set import (
 Stats = dict[str, Any]
 Meta = tuple[Any, torch.Tensor, torch.Tensor, int]
 """A validation batch of the meta step: inputs, PU labels, true labels, number of positives."""
-
-
-@dataclass
-class Student:
-    """One network with its optimiser, trusted set and (in phase 3) mean teacher."""
-
-    name: str
-    model: nn.Module
-    optimizer: torch.optim.Optimizer
-    scheduler: torch.optim.lr_scheduler.LRScheduler
-    rate: float = 0.0
-    trusted: TrustedSet = field(default_factory=TrustedSet.empty)
-    teacher: MeanTeacher | None = None
-    prior_rest: float = 0.5
-    # rest_risk="band": training-split indices of the labelled positives inside the trusted
-    # set's score band at the last selection (None: every labelled positive)
-    band_pos: np.ndarray | None = None
-
-    def band_share(self, n_p: int) -> float:
-        """The fraction of the ``n_p`` labelled positives inside the band (``rest_risk =
-        "band"``; 1 before a band is chosen): the nnPU correction term's subset."""
-        return 1.0 if self.band_pos is None else len(self.band_pos) / max(n_p, 1)
 
 
 @dataclass
@@ -98,9 +80,9 @@ class Baseline:
 
     n_students = 1
 
-    def __init__(self, engine: Any) -> None:
-        self.engine = engine
-        self.cfg = engine.cfg
+    def __init__(self, run: RunView) -> None:
+        self.run = run
+        self.cfg = run.cfg
 
     def rate(self, k: int) -> float:
         """Student ``k``'s final trusted share (Self-PU's ``rates``; 0 for a baseline)."""
@@ -108,7 +90,7 @@ class Baseline:
 
     def make_students(self) -> list[Student]:
         """The method's networks from the seed, each with Adam and a cosine schedule."""
-        e, cfg, n = self.engine, self.cfg, self.n_students
+        e, cfg, n = self.run, self.cfg, self.n_students
         torch.manual_seed(cfg.seed)
         students = []
         for k in range(n):
@@ -117,42 +99,23 @@ class Baseline:
                 model = channels_last(model)
             opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
             sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=cfg.epochs)
-            students.append(Student(f"student{k + 1}" if n > 1 else "model", model, opt, sched,
-                                    self.rate(k), prior_rest=e.prior_u))
+            students.append(Student(student_name(k, n), model, opt, sched, self.rate(k),
+                                    prior_rest=e.prior_u))
         return students
 
-    def models(self) -> dict[str, nn.Module]:
-        """Every network trained now, by name: the students and their teachers."""
-        students = self.engine.students
-        out = {st.name: st.model for st in students}
-        out.update({st.name.replace("student", "teacher"): st.teacher.model
-                    for st in students if st.teacher is not None})
-        return out
-
-    def candidates(self) -> dict[str, nn.Module]:
-        """The models that compete for selection now: teachers once they exist, else students."""
-        models = self.models()
-        return {n: m for n, m in models.items() if n.startswith("teacher")} or models
-
-    def finalists(self) -> list[str]:
-        """The models that compete under ``selection = "final"`` (:func:`selection.finalists`)."""
-        return selection.finalists(list(self.candidates()), self.cfg.selfpu.final_model)
-
-    def finalist_models(self) -> dict[str, nn.Module]:
-        """The finalists as modules (the average as an :class:`~adni_pu.pu.checkpoint.
-        AveragedModel` of the live candidates), in evaluation mode; for diagnostics."""
-        pool = self.candidates()
-        return {name: (AveragedModel(list(pool.values())) if name == "average"
-                       else pool[name]).eval() for name in self.finalists()}
+    def make_teachers(self) -> None:
+        """Mean teachers for the students (Self-PU's phase 3; a baseline has none)."""
+        raise ConfigError(f"method {self.cfg.method!r} has no mean teachers")
 
     def phase(self, epoch: int) -> int:
         """The method's phase in ``epoch`` (a baseline has one)."""
         return 1
 
-    def before_epoch(self, epoch: int, row: dict[str, Any]) -> None:
-        """Before an epoch is timed as training (Self-PU selects here)."""
+    def epoch_start(self, epoch: int, row: dict[str, Any]) -> None:
+        """Before an epoch is timed as training (Self-PU selects here and adds its trusted
+        sets' sizes to the epoch's ``row``)."""
 
-    def begin_training(self, epoch: int, phase: int) -> None:
+    def training_start(self, epoch: int, phase: int) -> None:
         """At the start of an epoch's training pass, after its random streams are seeded."""
 
     def validation_batches(self, rng: np.random.Generator, phase: int, n_batches: int
@@ -163,11 +126,11 @@ class Baseline:
     def row_sets(self, plan: EpochPlan, phase: int) -> list[dict[str, np.ndarray]]:
         """Per student, its row sets over the epoch's rows end to end (``plan.order``) as
         boolean masks: "valid", "pos" and "unl", and the method's own (:meth:`row_masks`,
-        from phase 2 on; after :meth:`begin_training`)."""
-        s = self.engine.entries.s[plan.order]
+        from phase 2 on; after :meth:`training_start`)."""
+        s = self.run.entries.s[plan.order]
         common = {"valid": np.ones(len(s), dtype=bool), "pos": s == 1, "unl": s == 0}
         return [{**common, **dict(self.row_masks(plan, k) if phase >= 2 else [])}
-                for k in range(len(self.engine.students))]
+                for k in range(len(self.run.state.students))]
 
     def row_masks(self, plan: EpochPlan, k: int) -> list[tuple[str, np.ndarray]]:
         """Student ``k``'s own row sets over the epoch's rows (a baseline has none)."""
@@ -178,7 +141,7 @@ class Baseline:
         sets = self.row_sets(plan, phase)
         names = list(sets[0])
         block = np.stack([np.stack([rows[name] for rows in sets]) for name in names])
-        masks = torch.from_numpy(block.astype(np.float32)).to(self.engine.device)
+        masks = torch.from_numpy(block.astype(np.float32)).to(self.run.device)
         return [Layout(n, names, part)
                 for n, part in zip(plan.sizes, torch.split(masks, plan.sizes, dim=-1))]
 
@@ -186,10 +149,10 @@ class Baseline:
              ) -> tuple[torch.Tensor, Stats]:
         """Student ``k``'s loss on ``batch`` (``logits``: every student's) and its statistics
         (:func:`adni_pu.pu.objective.step_loss`)."""
-        e, rows = self.engine, batch.layout.rows(k)
+        e, rows = self.run, batch.layout.rows(k)
         return objective.step_loss(self.cfg, batch.phase, logits[k], batch.s, rows,
                                    prior=e.prior, prior_u=e.prior_u,
-                                   prior_rest=e.students[k].prior_rest,
+                                   prior_rest=e.state.students[k].prior_rest,
                                    **self.loss_inputs(k, logits, batch, rows))
 
     def loss_inputs(self, k: int, logits: list[torch.Tensor], batch: Batch,
@@ -198,19 +161,19 @@ class Baseline:
         nothing)."""
         return {}
 
-    def after_step(self, student: Student) -> None:
+    def step_end(self, student: Student) -> None:
         """After one optimiser step of ``student``."""
 
-    def after_epoch(self) -> None:
+    def training_end(self) -> None:
         """After the epoch's training pass, before evaluation."""
 
 
 class SelfPU(Baseline):
     """Self-PU (Chen et al., ICML 2020): self-paced, self-calibrated, self-distilled."""
 
-    def __init__(self, engine: Any) -> None:
-        super().__init__(engine)
-        self.sp = engine.cfg.selfpu
+    def __init__(self, run: RunView) -> None:
+        super().__init__(run)
+        self.sp = run.cfg.selfpu
         self.n_students = len(self.sp.rates)
         self._targets: list[torch.Tensor] = []
         self._members: list[np.ndarray] = []
@@ -244,30 +207,30 @@ class SelfPU(Baseline):
         """Whether the self-calibration (meta) step runs in ``phase``."""
         return self.sp.reweight and (phase == 2 or (phase == 3 and self.sp.reweight_in_phase3))
 
-    def before_epoch(self, epoch: int, row: dict[str, Any]) -> None:
+    def epoch_start(self, epoch: int, row: dict[str, Any]) -> None:
         if self.selects_at(epoch):
             self.select(epoch)
-        truth = self.engine.data.train.truth
-        for st in self.engine.students:
+        truth = self.run.data.train.truth
+        for st in self.run.state.students:
             row[f"trusted/{st.name}/size"] = len(st.trusted)
             row[f"trusted/{st.name}/label_accuracy"] = st.trusted.label_accuracy(truth)
             row[f"trusted/{st.name}/prior_rest"] = st.prior_rest
             # diagnostic from the hidden labels (like label_accuracy): never used
             row[f"trusted/{st.name}/prior_rest_truth"] = self.prior_rest_truth(st)
 
-    def begin_training(self, epoch: int, phase: int) -> None:
-        e = self.engine
-        if phase == 3 and self.sp.teachers and e.students[0].teacher is None:
+    def training_start(self, epoch: int, phase: int) -> None:
+        e = self.run
+        if phase == 3 and self.sp.teachers and e.state.students[0].teacher is None:
             self.make_teachers()
         n_train = len(e.data.train)
-        memberships = [st.trusted.membership(n_train) for st in e.students]
+        memberships = [st.trusted.membership(n_train) for st in e.state.students]
         self._members = [m for m, _ in memberships]
         self._targets = [torch.from_numpy(t).to(e.device) for _, t in memberships]
 
     @property
     def trusted_targets(self) -> list[torch.Tensor]:
         """Per student, the soft label of every training example (zero outside its trusted
-        set), on the device, as :meth:`begin_training` made them for this epoch."""
+        set), on the device, as :meth:`training_start` made them for this epoch."""
         return self._targets
 
     # ------------------------------------------------------------------ phase 2: selection
@@ -275,8 +238,8 @@ class SelfPU(Baseline):
     def select(self, epoch: int) -> None:
         """Phase 2: each student rebuilds its trusted set from its own scores, and the
         prior of the rest (U') follows (:meth:`prior_rest`)."""
-        e, sp = self.engine, self.sp
-        for st in e.students:
+        e, sp = self.run, self.sp
+        for st in e.state.students:
             size = target_size(epoch, len(e.candidates_u), st.rate, sp.warmup_epochs,
                                sp.self_paced_end, sp.select_every, sp.schedule)
             scores = sigmoid(e.device_data.predict_logits(st.model, scoring_inputs(e.data.train)))
@@ -292,7 +255,7 @@ class SelfPU(Baseline):
     def prior_rest_truth(self, st: Student) -> float:
         """The true positive fraction of D_U minus the student's trusted set, from the
         hidden labels: a diagnostic of the prior correction (recorded, never used)."""
-        e = self.engine
+        e = self.run
         train = e.data.train
         rest = np.setdiff1d(e.entries.base[e.entries.n_p:], st.trusted.indices)
         if self.sp.rest_risk == "band":  # the band risk's U' holds no labelled copies
@@ -304,7 +267,7 @@ class SelfPU(Baseline):
         """f_band: the fraction of labelled positives whose score lies inside the trusted
         set's band, measured on the validation split's labelled positives (out of sample)
         or the training split's (``selfpu.band_prior``)."""
-        e = self.engine
+        e = self.run
         if self.sp.band_prior == "training":
             return len(band_pos) / max(e.n_p, 1)
         val = e.data.val
@@ -318,7 +281,7 @@ class SelfPU(Baseline):
         positives' copies in D_U, and the fraction is counted from the pseudo-labels
         (``band_prior="count"``) or is (pi_u n_u - copies) f_band / |U'|, f_band the fraction
         of labelled positives inside the band (:meth:`band_fraction`)."""
-        e = self.engine
+        e = self.run
         if len(trusted) == 0:
             return e.prior_u
         band = self.sp.rest_risk == "band"
@@ -334,7 +297,7 @@ class SelfPU(Baseline):
     def row_masks(self, plan: EpochPlan, k: int) -> list[tuple[str, np.ndarray]]:
         """Student ``k``'s row sets over the epoch's rows end to end (``plan.order``), as
         masks: "trusted", "rest", "outside" and (``rest_risk="band"``) "band_pos"."""
-        e, st = self.engine, self.engine.students[k]
+        e, st = self.run, self.run.state.students[k]
         member = self._members[k]
         rows = e.entries.base[plan.order]
         in_u = e.entries.s[plan.order] == 0
@@ -361,7 +324,7 @@ class SelfPU(Baseline):
         are gathered (or loaded) one batch at a time as the iterator is consumed."""
         if not self.reweights(phase):
             return super().validation_batches(rng, phase, n_batches)
-        e = self.engine
+        e = self.run
         val = e.data.val
         half = max(self.cfg.batch_size // 2, 1)
         p_all = val.positive_indices()
@@ -395,7 +358,7 @@ class SelfPU(Baseline):
         pos = (s_val.float() if n_pos is None else
                (torch.arange(len(s_val), device=s_val.device) < n_pos).float())
         return objective.validation_objective(model, x_val, truth_val, pos, 1.0 - pos,
-                                              self.engine.prior, self.sp)
+                                              self.run.prior, self.sp)
 
     # ------------------------------------------------------------------ the objective's inputs
 
@@ -405,12 +368,12 @@ class SelfPU(Baseline):
         the batch's rows, the band's share of the labelled positives (``rest_risk =
         "band"``), the meta step (in a batch with a validation batch), the other student's
         logits and the mean teacher's (phase 3)."""
-        st, sp = self.engine.students[k], self.sp
+        st, sp = self.run.state.students[k], self.sp
         inputs: dict[str, Any] = {"epoch": batch.epoch}
         if sp.labels != "entropy":
             inputs["targets"] = self._targets[k][batch.idx]
         if sp.rest_risk == "band":
-            inputs["band_fraction"] = st.band_share(self.engine.n_p)
+            inputs["band_fraction"] = st.band_share(self.run.n_p)
         if batch.meta is not None:
             x_val, s_val, truth_val, _ = batch.meta
             inputs["calibrate"] = objective.calibrator(
@@ -428,20 +391,20 @@ class SelfPU(Baseline):
         """A mean teacher per student, a copy of it now (the start of phase 3, or a
         checkpoint's teachers about to be loaded)."""
         sp = self.sp
-        for st in self.engine.students:
+        for st in self.run.state.students:
             st.teacher = MeanTeacher(st.model, sp.teacher_average, sp.ema_decay, sp.teacher_bn)
 
-    def after_step(self, student: Student) -> None:
+    def step_end(self, student: Student) -> None:
         if student.teacher is not None:
             student.teacher.update(student.model)
 
-    def after_epoch(self) -> None:
+    def training_end(self) -> None:
         """With ``teacher_bn = "recompute"``: each teacher's BatchNorm statistics from one
         pass over the training entries (D_P and D_U once each, in the data's ratio),
         un-augmented (``eval_x`` where the split has one, so the pass is deterministic), so
         evaluation, selection and the next epoch's consistency targets use them."""
-        e = self.engine
-        teachers = [st.teacher for st in e.students if st.teacher is not None]
+        e = self.run
+        teachers = [st.teacher for st in e.state.students if st.teacher is not None]
         if self.sp.teacher_bn != "recompute" or not teachers:
             return
         x = scoring_inputs(e.data.train)
@@ -454,6 +417,6 @@ class SelfPU(Baseline):
                 recompute_batchnorm(teacher.model, dd.iterate(x, chunks))
 
 
-def strategy_for(engine: Any) -> Baseline:
-    """The strategy of ``engine.cfg.method``."""
-    return SelfPU(engine) if engine.cfg.method == "selfpu" else Baseline(engine)
+def strategy_for(run: RunView) -> Baseline:
+    """The strategy of ``run.cfg.method``."""
+    return SelfPU(run) if run.cfg.method == "selfpu" else Baseline(run)

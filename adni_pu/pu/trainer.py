@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -40,12 +40,15 @@ from adni_pu.pu.device_data import (
     configure_torch,
     epoch_means,
     resolve_device,
-    scoring_inputs,
 )
 from adni_pu.pu.loop import FitResult, OutOfTime, run_epochs
 from adni_pu.pu.metrics import binary_metrics
 from adni_pu.pu.recorders import Recorder, run_folder_recorders
+from adni_pu.pu.run import RunState, RunView
 from adni_pu.pu.strategies import Batch, strategy_for
+
+if TYPE_CHECKING:
+    from adni_pu.distributed import DistributedRun
 
 ModelFactory = Callable[[], nn.Module]
 
@@ -61,7 +64,7 @@ class Trainer:
         model_factory: ModelFactory | None = None,
         collate: Callable[[list[Any]], Any] | None = None,
         log: Callable[[str], None] | None = None,
-        distributed: Any = None,
+        distributed: DistributedRun | None = None,
         recorders: list[Recorder] | None = None,
     ) -> None:
         """``distributed``: the :class:`~adni_pu.distributed.DistributedRun` this process is
@@ -70,49 +73,54 @@ class Trainer:
         :func:`adni_pu.pu.recorders.run_folder_recorders`)."""
         self.cfg = config
         self.data = data
-        self.run_dir = Path(run_dir) if run_dir is not None else None
-        self.log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
         self.device = resolve_device(config.device)
         configure_torch(self.device, config.threads, config.deterministic)
-        self.prior, self.prior_u = data.training_priors(config.prior)
-        self.model_factory = model_factory or partial(build_model, config.model,
-                                                      **config.model_args)
-        self.device_data = DeviceData(
-            self.device, batch_size=config.batch_size, eval_batch_size=config.eval_batch_size,
-            amp=config.amp, layout=config.channels_last, collate=collate,
-            num_workers=config.num_workers)
-        train = data.train
-        self.entries = Entries.of(train, data.scheme)
-        self.n_p, self.n_u = self.entries.n_p, self.entries.n_u
-        self.candidates_u = np.flatnonzero(~train.labelled)  # D_U minus labelled positives
-        # labelled positives that D_U also holds (case-control: all of them; censoring: none)
-        self.n_copies = int(train.labelled[self.entries.base[self.n_p:]].sum())
-        self.strategy = strategy_for(self)
-        self.students = self.strategy.make_students()
+        prior, prior_u = data.training_priors(config.prior)
+        if distributed is not None:
+            distributed.check_device(self.device)
+        self.ddp: DistributedRun | None = distributed
+        self.state = RunState()
+        self.run = RunView(
+            cfg=config, data=data, entries=Entries.of(data.train, data.scheme),
+            prior=prior, prior_u=prior_u, device=self.device,
+            device_data=DeviceData(
+                self.device, batch_size=config.batch_size,
+                eval_batch_size=config.eval_batch_size, amp=config.amp,
+                layout=config.channels_last, collate=collate, num_workers=config.num_workers),
+            model_factory=model_factory or partial(build_model, config.model,
+                                                   **config.model_args),
+            state=self.state, run_dir=Path(run_dir) if run_dir is not None else None,
+            is_main=distributed is None or distributed.rank == 0,
+            log=log or (lambda msg: print(msg, file=sys.stderr, flush=True)))
+        self.strategy = strategy_for(self.run)
+        self.state.students = self.strategy.make_students()
         # The training forward of each student (compiled with config.compile).
         self._train_forward: list[Callable[[Any], torch.Tensor]] = [
             torch.compile(st.model) if config.compile else st.model for st in self.students]
-        self.history: list[dict[str, Any]] = []
-        self.recorders = run_folder_recorders(self.run_dir) if recorders is None else recorders
-        self.best: dict[str, Any] = {"score": None, "epoch": -1, "candidate": "", "state": None}
-        # The finalists' validation scores after the last epoch and the one they choose
-        # (under either selection rule): {"epoch", "choice", "val_scores"}; None before.
-        self.final: dict[str, Any] | None = None
-        # The last evaluated epoch's validation logits by model name (for recorders).
-        self.last_val_logits: dict[str, np.ndarray] = {}
-        self.start_epoch = 0
-        if distributed is not None:
-            distributed.check_device(self.device)
-        self.ddp: Any = distributed
+        self.recorders = (run_folder_recorders(self.run.run_dir) if recorders is None
+                          else recorders)
 
-    @property
-    def is_main(self) -> bool:
-        """Whether this process writes the run folder (always, unless distributed rank > 0)."""
-        return self.ddp is None or self.ddp.rank == 0
+    # The run's facts and state, read by the population engine, workflows and tests.
+    run_dir = property(lambda self: self.run.run_dir)
+    log = property(lambda self: self.run.log)
+    prior = property(lambda self: self.run.prior)
+    prior_u = property(lambda self: self.run.prior_u)
+    entries = property(lambda self: self.run.entries)
+    n_p = property(lambda self: self.run.n_p)
+    n_u = property(lambda self: self.run.n_u)
+    device_data = property(lambda self: self.run.device_data)
+    model_factory = property(lambda self: self.run.model_factory)
+    is_main = property(lambda self: self.run.is_main)
+    students = property(lambda self: self.state.students)
+    history = property(lambda self: self.state.history)
+    best = property(lambda self: self.state.best)
+    final = property(lambda self: self.state.final)
+    start_epoch = property(lambda self: self.state.start_epoch)
+    val_scores = property(lambda self: self.run.val_scores)
 
     def predict_logits(self, model: nn.Module, split: PUSplit) -> np.ndarray:
         """Logits of ``model`` (eval mode) for every example of ``split``."""
-        return self.device_data.predict_logits(model, scoring_inputs(split))
+        return self.run.predict_logits(model, split)
 
     # ------------------------------------------------------------------ one epoch
 
@@ -127,7 +135,7 @@ class Trainer:
         step's validation batches and the training inputs, all from the epoch's random
         streams (the seed and the epoch number)."""
         rng = np.random.default_rng([self.cfg.seed, epoch])
-        self.strategy.begin_training(epoch, phase)
+        self.strategy.training_start(epoch, phase)
         batches = self.epoch_batches(rng)
         if self.ddp is not None:  # this rank's share of the epoch's batches
             batches = self.ddp.shard(batches, epoch)
@@ -171,7 +179,7 @@ class Trainer:
                 st.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 st.optimizer.step()
-                strategy.after_step(st)
+                strategy.step_end(st)
                 for key, value in stats.items():
                     values.setdefault(f"{st.name}/{key}", []).append(value)
             progress.update(1)
@@ -184,14 +192,9 @@ class Trainer:
 
     # ------------------------------------------------------------------ evaluation
 
-    def val_scores(self, logits: np.ndarray) -> dict[str, float]:
-        """The validation criteria of :func:`selection.val_scores` for ``logits``."""
-        return selection.val_scores(logits, self.data.val, self.data.scheme, self.prior,
-                                    self.prior_u, self.cfg.pn_validation)
-
     def best_model(self) -> Callable[[Any], torch.Tensor] | nn.Module:
         """The chosen model (a module, or a callable averaging two teachers' probabilities)."""
-        state = self.best["state"]
+        state = self.state.best["state"]
         if state is None:
             raise RuntimeError("no model has been selected yet; call fit() first")
         return checkpoint.load_selected(state, self.model_factory, self.device)
@@ -219,44 +222,45 @@ class Trainer:
         return run_epochs([self], lambda epoch, limit: [self.train_epoch(epoch, limit)],
                           deadline, finish_first_epoch)[0]
 
-    def begin_fit(self) -> None:
+    def fit_start(self) -> None:
         """Resume from the run folder's checkpoint, tell the recorders, wrap for DDP."""
-        checkpoint.resume(self)  # first: a refused resume must not rewrite the run's files
+        # first: a refused resume must not rewrite the run's files
+        checkpoint.resume(self.run, self.strategy.make_teachers)
         for recorder in self.recorders:
-            recorder.fit_start(self)
+            recorder.fit_start(self.run)
         if self.ddp is not None:
             self.ddp.wrap([st.model for st in self.students], self.device)
 
-    def open_epoch(self, epoch: int) -> dict[str, Any]:
+    def epoch_start(self, epoch: int) -> dict[str, Any]:
         """The epoch's row, after the strategy's work before training (Self-PU selects)."""
         row: dict[str, Any] = {"epoch": epoch, "phase": self.strategy.phase(epoch),
                                "lr": self.students[0].optimizer.param_groups[0]["lr"]}
-        self.strategy.before_epoch(epoch, row)
+        self.strategy.epoch_start(epoch, row)
         return row
 
-    def close_epoch(self, row: dict[str, Any], stats: dict[str, Any], t0: float,
-                    t_select: float) -> None:
-        """After an epoch's training: the strategy's epoch end, evaluation and selection,
-        then the row goes to the history and the recorders."""
-        self.strategy.after_epoch()
+    def epoch_end(self, row: dict[str, Any], stats: dict[str, Any], t0: float,
+                  t_select: float) -> None:
+        """After an epoch's training: the strategy's training end, evaluation and
+        selection, then the row goes to the history and the recorders."""
+        self.strategy.training_end()
         t_train = time.perf_counter() - t0
         row.update({f"train/{k}": v for k, v in stats.items()})
-        row.update(selection.evaluate_epoch(self, row["epoch"]))
+        row.update(selection.evaluate_epoch(self.run, row["epoch"]))
         row.update({"time/select_seconds": t_select, "time/train_seconds": t_train,
                     "time/epoch_seconds": time.perf_counter() - t0})
-        self.history.append(row)
+        self.state.history.append(row)
         for recorder in self.recorders:
-            recorder.epoch_end(self, row)
+            recorder.epoch_end(self.run, row)
 
-    def end_fit(self, complete: bool, paused: bool) -> FitResult:
+    def fit_end(self, complete: bool, paused: bool) -> FitResult:
         """Tell the recorders how the fit ended (``paused``: at the deadline, between
         epochs) and return its result."""
         if complete:
             for recorder in self.recorders:
-                recorder.fit_end(self)
+                recorder.fit_end(self.run)
         else:
             for recorder in self.recorders if paused else ():
-                recorder.fit_paused(self)
+                recorder.fit_paused(self.run)
             self.log(f"stopped at the time limit after epoch {len(self.history)}/"
                      f"{self.cfg.epochs}; fit again to continue from the checkpoint")
         return FitResult(self.best["epoch"], self.best["candidate"], self.best["score"] or
@@ -273,4 +277,4 @@ class Trainer:
 
     def check_resume(self) -> dict[str, Any] | None:
         """The run folder's checkpoint, or None (:func:`checkpoint.check_resume`)."""
-        return checkpoint.check_resume(self)
+        return checkpoint.check_resume(self.run)

@@ -8,5 +8,17 @@
 - :mod:`~adni_pu.workflows.benchmark` ``run_benchmark``: the paper's MNIST / CIFAR-10 tables
 
 Each is called by a thin CLI wrapper of the same name in :mod:`adni_pu.cli`; a notebook can
-call them directly. Nothing heavy is imported here.
+call them directly. Beside them, what several verbs share:
+
+- :mod:`~adni_pu.workflows.volume_settings`: ``VolumeTrainConfig``, the settings of a run on
+  volumes, and how they are resolved (``load_volume_config``)
+- :mod:`~adni_pu.workflows.run_folder`: a run folder's layout and reading it back
+  (``load_run``, ``score_dataset``), used by evaluate, predict and interpret
+- :mod:`~adni_pu.workflows.results_format`: the benchmark's results files, written by
+  ``benchmark`` and read by :mod:`~adni_pu.workflows.results_table`
+  (``adni-pu benchmark table``)
+- :mod:`~adni_pu.workflows.crossval` and :mod:`~adni_pu.workflows.demo_policy`: the demo's
+  folds and pooled scoring, and its training settings, class prior and reference lines
+
+Nothing heavy is imported here.
 """

@@ -1,7 +1,9 @@
 """Benchmark runs: one method on MNIST or CIFAR-10 over several seeds, mean (std) results.
 
 Each seed trains in its own run folder (resumable: a finished seed is not trained again)
-and the aggregate is written as the results JSON of ``docs/benchmarks`` plus a Markdown table.
+and the aggregate is written as the results JSON plus a Markdown table (the files:
+:mod:`adni_pu.workflows.results_format`). What a row runs is its training preset plus the
+benchmark protocol's named presets (:func:`resolve_config`, ``adni-pu presets``).
 
 With a time limit the run works in pieces: it stops at an epoch boundary before the limit,
 leaves the checkpoint and ``progress.json`` (what is done, what is left) in the output folder,
@@ -11,7 +13,6 @@ and the same command run again continues from there (see docs/training.md).
 from __future__ import annotations
 
 import dataclasses
-import datetime as _dt
 import json
 import sys
 import time
@@ -23,10 +24,15 @@ from adni_pu import config as cfgmod
 from adni_pu import fileio
 from adni_pu.errors import ConfigError
 from adni_pu.locking import holding_output_lock
-from adni_pu.provenance import machine_description, package_versions
-from adni_pu.pu.metrics import mean_std, percent_summary, summarise
-
-DATA_NAMES = {"mnist": "MNIST (original IDX)", "cifar10": "CIFAR-10"}
+from adni_pu.workflows.results_format import (
+    DATA_NAMES,
+    aggregate,
+    read_seed_result,
+    seed_result_path,
+    test_examples,
+    write_results,
+    write_seed_result,
+)
 
 
 @dataclass
@@ -62,27 +68,26 @@ class BenchmarkSpec:
         return self.preset or self.method
 
 
-def resolve_config(spec: BenchmarkSpec, seed: int) -> Any:
-    """The TrainConfig of one seed: paper defaults < preset < file < settings < overrides."""
-    from adni_pu.data.benchmarks import PAPER_MODEL
-    from adni_pu.pu.config import TrainConfig, preset_settings
+def protocol_presets(dataset: str, method: str | None) -> list[str]:
+    """The benchmark protocol's presets (``adni-pu presets``, :data:`~adni_pu.pu.config.
+    PROTOCOL_PRESETS`) of a row on ``dataset`` whose training preset has ``method``: the
+    data set's, then for Self-PU rows the final-model rule."""
+    return [f"{dataset}-protocol", *(["selfpu-final-model"] if method == "selfpu" else [])]
 
-    defaults: dict[str, Any] = {"model": PAPER_MODEL[spec.dataset], "track_test": True}
-    if spec.dataset == "cifar10":  # the published code's CIFAR-10 settings
-        defaults.update({"lr": 5e-4, "weight_decay": 5e-3})
-    else:
-        # Coupled L2 of 5e-3 under Adam makes the BatchNorm MLP degrade after ~20 epochs
-        # (nnPU test accuracy 92.5 -> 88.9 by epoch 60); see benchmarks/results/mnist-nnpu-*.
-        defaults["weight_decay"] = 0.0
-    defaults.update(preset_settings(spec.preset or spec.method))
-    if spec.preset is None and spec.method == "selfpu":
-        defaults.update(preset_settings("selfpu"))
-    if defaults.get("method") == "selfpu":
-        # The benchmark protocol's final model for Self-PU (every ablation row): the finalist
-        # the validation split prefers after the last epoch, not the best of ~400 epoch-model
-        # comparisons (winner's curse; docs/selfpu.md, "The final model"). The baselines keep
-        # early stopping on the validation risk: they overfit late (mnist-tuning-log.md).
-        defaults["selection"] = "final"
+
+def resolve_config(spec: BenchmarkSpec, seed: int) -> Any:
+    """The TrainConfig of one seed. Lowest first: the data set's paper model, the data set's
+    protocol preset, the training preset, the Self-PU protocol preset (Self-PU rows only;
+    :func:`protocol_presets`), the file, ``spec.settings``, ``spec.overrides``; the seed last."""
+    from adni_pu.data.benchmarks import PAPER_MODEL
+    from adni_pu.pu.config import TrainConfig, preset_settings, protocol_settings
+
+    training = preset_settings(spec.label)
+    data_protocol, *row_protocol = protocol_presets(spec.dataset, training.get("method"))
+    defaults: dict[str, Any] = {"model": PAPER_MODEL[spec.dataset]}
+    for layer in (protocol_settings(data_protocol), training,
+                  *(protocol_settings(name) for name in row_protocol)):
+        cfgmod.deep_update(defaults, layer)
     cfg = cfgmod.load(TrainConfig, spec.config_file, spec.overrides, defaults, spec.settings)
     cfg = dataclasses.replace(cfg, seed=seed)  # the seed of this run wins over any setting
     if spec.prior is not None and cfg.prior is not None and spec.prior != cfg.prior:
@@ -138,12 +143,11 @@ def run_population(spec: BenchmarkSpec, seeds: list[int], cache_dir: Path | None
 
 def saved_result(spec: BenchmarkSpec, seed: int) -> dict[str, Any] | None:
     """The seed's result file when it was made with this seed's settings, else None."""
-    result_path = spec.out / f"seed{seed}" / "result.json"
-    if result_path.is_file():
-        saved = json.loads(result_path.read_text())
-        if saved.get("config") == cfgmod.to_dict(resolve_config(spec, seed)):
-            print(f"seed {seed}: already done ({result_path})", file=sys.stderr)
-            return saved  # type: ignore[no-any-return]
+    saved = read_seed_result(spec.out, seed)
+    if saved is not None and saved.get("config") == cfgmod.to_dict(resolve_config(spec, seed)):
+        print(f"seed {seed}: already done ({seed_result_path(spec.out, seed)})",
+              file=sys.stderr)
+        return saved
     return None
 
 
@@ -184,8 +188,7 @@ def seed_result(spec: BenchmarkSpec, seed: int, trainer: Any, fit: Any,
         "nn_correction_share": _nn_share(fit.history),
         "test_examples": test_examples(logits, test.truth),
     }
-    fileio.atomic_write_text(spec.out / f"seed{seed}" / "result.json",
-                             json.dumps(result, indent=2) + "\n")
+    write_seed_result(spec.out, seed, result)
     return result
 
 
@@ -194,10 +197,11 @@ def _finalist_diagnostics(trainer: Any, test: Any) -> dict[str, Any]:
     scores and each one's test accuracy. Diagnostics only (the test split decides nothing):
     under ``selection = "best_epoch"`` they give the "final" rule's number from the same run."""
     from adni_pu.pu.metrics import binary_metrics
+    from adni_pu.pu.selection import finalist_models
 
     final = trainer.final or {}
     accuracy = {name: binary_metrics(trainer.predict_logits(model, test), test.truth)["accuracy"]
-                for name, model in trainer.strategy.finalist_models().items()}
+                for name, model in finalist_models(trainer.run).items()}
     choice = final.get("choice")
     return {
         "finalist_choice_diagnostic": choice,
@@ -219,108 +223,6 @@ def _nn_share(history: list[dict[str, Any]]) -> float | None:
 
     summary = nn_correction_summary(history)
     return None if summary is None else summary["share"]
-
-
-def test_examples(logits: Any, truth: Any) -> dict[str, Any]:
-    """Per-example test results, compact enough for a committed results file: the truth and
-    whether the selected model was right (logit > 0), bit-packed and base64-encoded, so
-    tables can bootstrap over test examples (benchmarks/mnist_table.py)."""
-    import numpy as np
-
-    truth = np.asarray(truth, dtype=np.float64)
-    correct = (np.asarray(logits, dtype=np.float64) > 0) == (truth == 1)
-    return {"n": int(truth.size), "encoding": "numpy packbits, base64",
-            "truth": pack_bits(truth == 1), "correct": pack_bits(correct)}
-
-
-def pack_bits(flags: Any) -> str:
-    """Booleans as packed bits in base64 (:func:`unpack_bits` reverses it)."""
-    import base64
-
-    import numpy as np
-
-    return base64.b64encode(np.packbits(np.asarray(flags, dtype=bool)).tobytes()).decode()
-
-
-def unpack_bits(text: str, n: int) -> Any:
-    """The ``n`` booleans of :func:`pack_bits`."""
-    import base64
-
-    import numpy as np
-
-    return np.unpackbits(np.frombuffer(base64.b64decode(text), np.uint8))[:n].astype(bool)
-
-
-def aggregate(spec: BenchmarkSpec, results: list[dict[str, Any]], command: str) -> dict[str, Any]:
-    """The results JSON (accuracies in percent) for ``results`` of several seeds."""
-    pct = percent_summary
-    method = {
-        "test_accuracy": pct([r["test"]["accuracy"] for r in results]),
-        "test_accuracy_test_selected": pct([r["test_accuracy_test_selected"] for r in results]),
-        "test_accuracy_final_rule_diagnostic": pct(
-            [r.get("test_accuracy_final_rule_diagnostic") for r in results]),
-        "test_balanced_accuracy": pct([r["test"]["balanced_accuracy"] for r in results]),
-        "test_auc": pct([r["test"]["auc"] for r in results]),
-        "test_f1": pct([r["test"]["f1"] for r in results]),
-        "seconds_per_epoch": {
-            phase: summarise([r["seconds_per_epoch"][phase] for r in results
-                              if phase in r["seconds_per_epoch"]])
-            for phase in sorted({p for r in results for p in r["seconds_per_epoch"]})
-        },
-        "selected_epochs": [r["selected_epoch"] for r in results],
-        "selected_models": [r["selected_model"] for r in results],
-        "finalist_choices_diagnostic": [r.get("finalist_choice_diagnostic") for r in results],
-    }
-    first = results[0]["config"]
-    data_name = DATA_NAMES[spec.dataset]
-    if spec.dataset == "cifar10" and "jpeg" in str(spec.data_dir).lower():
-        data_name = "CIFAR-10 (JPEG q75 copy)"
-    return {
-        "benchmark": f"{spec.dataset}-pu",
-        "command": command,
-        "date": _dt.date.today().isoformat(),
-        "machine": machine_description(),
-        "data": data_name,
-        "accuracy_unit": "percent",
-        "settings": {
-            "method": spec.label, "n_labelled": spec.n_labelled, "scheme": spec.scheme,
-            "prior": results[0]["data"]["prior"], "val_fraction": spec.val_fraction,
-            "seeds": [r["seed"] for r in results], "epochs": first["epochs"],
-            "train_limit": spec.train_limit, "test_limit": spec.test_limit,
-            "batch_size": first["batch_size"], "lr": first["lr"],
-            "weight_decay": first["weight_decay"], "model": first["model"],
-            "val_criterion": first["val_criterion"], "pn_validation": first["pn_validation"],
-            "selection": first.get("selection", "best_epoch"),
-            "selfpu": first["selfpu"] if first["method"] == "selfpu" else None,
-        },
-        "versions": package_versions(),
-        "results": {spec.label: method},
-        "per_seed": [
-            {k: r.get(k) for k in ("seed", "selected_epoch", "selected_model", "val_score",
-                                   "test", "test_accuracy_test_selected",
-                                   "finalist_choice_diagnostic", "finalists_val_score_diagnostic",
-                                   "test_accuracy_finalists_diagnostic",
-                                   "test_accuracy_final_rule_diagnostic", "seconds_per_epoch",
-                                   "population", "nn_correction_share", "test_examples")}
-            for r in results
-        ],
-    }
-
-
-def markdown_table(summary: dict[str, Any]) -> str:
-    """A one-row-per-method table: honest accuracy, the test accuracy of the finalist validation
-    chooses after the last epoch and the test-selected accuracy (both diagnostics), AUC,
-    s/epoch."""
-    lines = ["| method | test accuracy % (val-selected) | final-rule % (diagnostic) | "
-             "test-selected % (diagnostic) | AUC % | s/epoch by phase |",
-             "|---|---|---|---|---|---|"]
-    fmt = mean_std
-    for name, r in summary["results"].items():
-        secs = ", ".join(f"{p}: {v['mean']:.1f}" for p, v in r["seconds_per_epoch"].items())
-        lines.append(f"| {name} | {fmt(r['test_accuracy'])} | "
-                     f"{fmt(r.get('test_accuracy_final_rule_diagnostic'))} | "
-                     f"{fmt(r['test_accuracy_test_selected'])} | {fmt(r['test_auc'])} | {secs} |")
-    return "\n".join(lines) + "\n"
 
 
 class BenchmarkInterrupted(KeyboardInterrupt):
@@ -352,8 +254,8 @@ def run_benchmark(spec: BenchmarkSpec, results_json: Path | None = None,
 
 def interrupted_hint(spec: BenchmarkSpec) -> str:
     """What an interrupted benchmark keeps, and that the same command continues from it."""
-    done = [s for s in spec.seeds if (spec.out / f"seed{s}" / "result.json").is_file()]
-    kept = [f"seed {s}: {spec.out / f'seed{s}' / 'result.json'}" for s in done] + [
+    done = [s for s in spec.seeds if seed_result_path(spec.out, s).is_file()]
+    kept = [f"seed {s}: {seed_result_path(spec.out, s)}" for s in done] + [
         f"seed {s}: the checkpoint of its last finished epoch "
         f"({spec.out / f'seed{s}' / 'checkpoints' / 'last.pt'})"
         for s in spec.seeds
@@ -384,7 +286,7 @@ def _run_benchmark(spec: BenchmarkSpec, results_json: Path | None,
     trained = False  # only the first group this command trains may overrun by one epoch
     size = spec.population or 1
     for group in [spec.seeds[i:i + size] for i in range(0, len(spec.seeds), size)]:
-        done = all((spec.out / f"seed{seed}" / "result.json").is_file() for seed in group)
+        done = all(seed_result_path(spec.out, seed).is_file() for seed in group)
         if spec.population is None:
             one = run_seed(spec, group[0], cache, deadline, finish_first_epoch=not trained)
             found = None if one is None else [one]
@@ -393,7 +295,7 @@ def _run_benchmark(spec: BenchmarkSpec, results_json: Path | None,
         trained = trained or not done
         if found is None:
             current = next(seed for seed in group
-                           if not (spec.out / f"seed{seed}" / "result.json").is_file())
+                           if not seed_result_path(spec.out, seed).is_file())
             progress = _progress(spec, current, [r["seed"] for r in results], command,
                                  time.monotonic() - start)
             fileio.atomic_write_text(spec.out / "progress.json",
@@ -401,16 +303,12 @@ def _run_benchmark(spec: BenchmarkSpec, results_json: Path | None,
             return progress
         results.extend(found)
     summary = aggregate(spec, results, command)
-    text = json.dumps(summary, indent=2) + "\n"
-    fileio.atomic_write_text(spec.out / "results.json", text)
-    fileio.atomic_write_text(spec.out / "results.md", markdown_table(summary))
+    written = write_results(spec.out, summary, results_json)
     if spec.time_limit is not None:
         progress = {"status": "complete", "command": command, "seeds_done": spec.seeds,
-                    "results": str(spec.out / "results.json")}
+                    "results": str(written)}
         fileio.atomic_write_text(spec.out / "progress.json",
                                  json.dumps(progress, indent=2) + "\n")
-    if results_json is not None:
-        fileio.atomic_write_text(results_json, text)
     return summary
 
 

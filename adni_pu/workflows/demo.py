@@ -14,13 +14,14 @@ channels, each branch ending in a global average pool, the hippocampus branches 
 inside the atlas hippocampus; the brain at 40^3, batch 8), the pipeline's cached stage
 shared by all runs (disk cache), 2-fold cross-validation over all subjects (every subject
 scored once, by the fold that held it out; :mod:`adni_pu.workflows.crossval`) and
-8 epochs per run. The report (:mod:`adni_pu.workflows.demo_report`) puts two reference lines
-beside the methods and explains the numbers.
+8 epochs per run. The modelling policy (training settings, class prior, reference lines,
+pooling) is :mod:`adni_pu.workflows.demo_policy`; the report
+(:mod:`adni_pu.workflows.demo_report`) puts the reference lines beside the methods and
+explains the numbers.
 """
 
 from __future__ import annotations
 
-import copy
 import json
 import time
 from collections.abc import Callable
@@ -32,26 +33,21 @@ from adni_pu import config as cfgmod
 from adni_pu import fileio
 from adni_pu.errors import ConfigError, OutputError
 from adni_pu.locking import holding_output_lock
+from adni_pu.workflows.demo_policy import (
+    demo_prior,
+    method_settings,
+    pool_method,
+    reference_scores,
+)
 
-# Preprocessing settings for small synthetic heads, from docs/preprocessing.md (as values);
-# deepbet at 192^3 takes about half its time at 256^3 at the same Dice on Colin27.
+# Preprocessing settings for small synthetic heads, as values: registration at 4 mm with
+# fewer iterations, deepbet at 192^3 and a lower QC floor on the brain volume (why:
+# docs/training.md, "Demo").
 FAST_PREPROCESSING: dict[str, Any] = {
     "registration": {"resolution_mm": 4.0, "iterations": [50, 20], "shrink_factors": [2, 1],
                      "smoothing_sigmas": [1.0, 0.0]},
     "skullstrip": {"deepbet_size": 192},
     "qc": {"min_brain_ml": 400.0},
-}
-# Training settings of the small budget, as values (the user's --set overrides come after);
-# chosen on tuning cohorts only, never the measured seeds (benchmarks/results/
-# demo-tuning-log.md): a slim CNN whose branches end in a global average pool (3 x 16
-# features into the head, not about 20,000 at 50^3), batch 8, the whole brain at 40^3
-# (steps 8-12), and the hippocampus branches averaging their features inside the atlas
-# hippocampus (``data.hipp_mask``, held-out AUC +0.09 on four tuning cohorts, step 16).
-DEMO_TRAINING: dict[str, Any] = {
-    "train": {"batch_size": 8, "eval_batch_size": 16, "lr": 0.001, "progress": False,
-              "model_args": {"channels": [8, 16], "hidden": 64, "global_pool": True}},
-    "data": {"brain_size": [40, 40, 40], "hipp_mask": True},
-    "bootstrap": 0,
 }
 
 
@@ -124,7 +120,7 @@ class DemoSettings:
     def check_training_settings(self) -> None:
         """Every run's training settings, ``--set`` included: refused before any work (not
         in ``__post_init__``: that would import torch wherever settings are made)."""
-        from adni_pu.workflows.train import load_volume_config
+        from adni_pu.workflows.volume_settings import load_volume_config
 
         values = method_settings(self.epochs, self.seed, self.threads, self.out / "cache")
         for method in self.methods:
@@ -156,14 +152,6 @@ class StageProgress:
 def _duration(seconds: float) -> str:
     """``42 s`` or ``3.5 min``."""
     return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
-
-
-def _selfpu_schedule(epochs: int) -> dict[str, int]:
-    """Self-PU phases scaled to a short run: warm-up 1/4, self-paced to 2/3, then distillation."""
-    warmup = max(1, epochs // 4)
-    end = max(warmup + 1, (2 * epochs) // 3)
-    return {"warmup_epochs": warmup, "self_paced_end": end, "select_every": 1,
-            "teacher_rampup_epochs": max(1, (epochs - end) // 2)}
 
 
 def generate_stage(out: Path, settings: DemoSettings, log: Callable[[str], None]) -> Path:
@@ -334,41 +322,6 @@ def check_composition(settings: DemoSettings, search: int = 200) -> None:
                       "any scan")
 
 
-def demo_prior(manifest_frame: Any) -> tuple[dict[str, Any], str, float]:
-    """The class prior from the cohort, raised above the labelled fraction when a small
-    cohort puts it at or below (PU risks need prior > labelled fraction).
-
-    Returns (the settings to add, as values, a note for the report, the prior).
-    """
-    from adni_pu.workflows.train import cohort_prior
-
-    frame = manifest_frame.copy()
-    frame["split"] = frame["split"].astype(str)
-    prior, _, _ = cohort_prior(frame)
-    train_rows = frame[frame["split"] == "train"]
-    labelled_fraction = float((train_rows["pu_label"] == 1).mean())
-    note = f"{prior:.3f} (cohort: positive fraction of the training subjects with a truth)"
-    if prior > labelled_fraction + 0.02:
-        return {}, note, prior
-    prior = min(labelled_fraction + 0.05, 0.95)
-    return ({"prior": float(f"{prior:.4f}")}, f"{prior:.3f} (set: the cohort's value was not above "
-            f"the labelled fraction {labelled_fraction:.3f} of the training scans)", prior)
-
-
-def method_settings(epochs: int, seed: int, threads: int, cache_dir: Path,
-                    extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The settings (values, not ``--set`` text) of a run on the demo budget; ``extra``
-    (e.g. from :func:`demo_prior`) is merged last. The preset goes to :func:`train_method`."""
-    values = copy.deepcopy(DEMO_TRAINING)
-    cfgmod.deep_update(values, {
-        "train": {"epochs": epochs, "threads": threads, "seed": seed,
-                  "selfpu": _selfpu_schedule(epochs)},
-        "data": {"cache": "disk", "cache_dir": cache_dir.resolve()},
-    })
-    cfgmod.deep_update(values, copy.deepcopy(extra or {}))
-    return values
-
-
 def train_method(manifest: Path, method: str, run_dir: Path, settings: dict[str, Any],
                  log: Callable[[str], None] = lambda m: None,
                  overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
@@ -383,7 +336,8 @@ def train_method(manifest: Path, method: str, run_dir: Path, settings: dict[str,
     from adni_pu.pu.metrics import binary_metrics
     from adni_pu.pu.recorders import nn_correction_summary
     from adni_pu.workflows.evaluate import evaluate_run
-    from adni_pu.workflows.train import load_volume_config, train_volumes
+    from adni_pu.workflows.train import train_volumes
+    from adni_pu.workflows.volume_settings import load_volume_config
 
     tic = time.perf_counter()
     cfg = load_volume_config(None, list(overrides), preset=method, values=settings)
@@ -402,66 +356,6 @@ def train_method(manifest: Path, method: str, run_dir: Path, settings: dict[str,
             "nn_correction_summary": fired,
             "predictions": subjects[["subject_id", "pu_label", "logit", "truth"]
                                     ].to_dict("records")}
-
-
-def reference_scores(out: Path, synth_dir: Path, fold_paths: list[Path], scored: Any,
-                     n_boot: int) -> dict[str, dict[str, Any]]:
-    """The reference lines on the same folds: logistic regression on two volumes measured
-    on the preprocessed scans, and the generator's true hippocampal loss."""
-    import pandas as pd
-
-    from adni_pu.cohort import read_manifest
-    from adni_pu.workflows.crossval import logistic_reference, pooled_metrics, volume_features
-
-    frames = [read_manifest(p) for p in fold_paths]
-    cache = out / "volume_features.csv"
-    paths = sorted(set(frames[0]["scan_path"].astype(str)))
-    features = pd.read_csv(cache) if cache.is_file() else None
-    if features is None or sorted(features["scan_path"]) != paths:
-        features = volume_features(paths)
-        fileio.atomic_write_text(cache, features.to_csv(index=False))
-    for frame in frames:
-        frame["scan_path"] = frame["scan_path"].astype(str)
-    logistic = pd.concat([logistic_reference(f, features) for f in frames], ignore_index=True)
-    truth = pd.read_csv(synth_dir / "truth_scans.csv", dtype={"subject_id": str})
-    signal = truth.groupby("subject_id")["hippocampal_loss"].mean().rename("logit")
-    keep = [c for c in ("subject_id", "pu_label", "truth") if c in scored]
-    true = scored[keep].merge(signal.reset_index(), on="subject_id")
-    if "pu_label" in scored:
-        logistic = logistic.merge(scored[["subject_id", "pu_label"]], on="subject_id")
-    return {name: {"pooled": pooled_metrics(preds, n_boot), "predictions":
-                   preds[[*keep[:-1], "logit", "truth"]].to_dict("records")}
-            for name, preds in (("logistic regression on 2 volumes", logistic),
-                                ("generator truth: hippocampal loss", true))}
-
-
-def pool_method(folds: list[dict[str, Any]], n_boot: int) -> dict[str, Any]:
-    """One method's fold records -> pooled held-out metrics and summaries."""
-    import numpy as np
-    import pandas as pd
-
-    from adni_pu.workflows.crossval import pooled_metrics
-
-    preds = pd.DataFrame([p for f in folds for p in f["predictions"]])
-    shares = [f["nn_correction"] for f in folds if f["nn_correction"] is not None]
-    val = [f["val_auc"] for f in folds if not np.isnan(f["val_auc"])]
-    return {"pooled": pooled_metrics(preds, n_boot), "folds": folds,
-            "seconds": sum(f["seconds"] for f in folds),
-            "val_auc": float(np.mean(val)) if val else float("nan"),
-            "nn_correction": float(np.mean(shares)) if shares else None,
-            "nn_correction_column": folds[0]["nn_correction_column"],
-            "nn_correction_by_phase": _pooled_phases(folds),
-            "predictions": preds.to_dict("records")}
-
-
-def _pooled_phases(folds: list[dict[str, Any]]) -> dict[str, float] | None:
-    """Mean over folds of each phase's nn_correction share (None without a correction)."""
-    summaries = [f["nn_correction_summary"] for f in folds if f.get("nn_correction_summary")]
-    if not summaries:
-        return None
-    phases = sorted({p for s in summaries for p in s["by_phase"]})
-    return {p: sum(s["by_phase"][p] for s in summaries if p in s["by_phase"])
-            / sum(p in s["by_phase"] for s in summaries) for p in phases}
 
 
 @holding_output_lock("demo", lambda args: args["settings"].out)  # adni_pu.locking

@@ -22,13 +22,8 @@ from adni_pu.errors import VolumeRunError
 from adni_pu.fileio import atomic_write_text, sha256_file
 from adni_pu.pu.metrics import METRIC_LABELS, PU_METRICS, format_ci, logit, sigmoid
 from adni_pu.pu.plots import roc_plot
-from adni_pu.workflows.train import (
-    VolumeTrainConfig,
-    _manifest_path,
-    _read_manifest,
-    load_run,
-    score_dataset,
-)
+from adni_pu.workflows.run_folder import load_manifest, load_run, manifest_file, score_dataset
+from adni_pu.workflows.volume_settings import VolumeTrainConfig
 
 METRICS = ("accuracy", "balanced_accuracy", "auc", "sensitivity", "specificity")
 METRIC_NAMES = {**METRIC_LABELS,
@@ -63,9 +58,9 @@ def evaluate_run(run_dir: str | Path, split: str = "test", manifest: str | Path 
         n_boot = cfgmod.check_setting(VolumeTrainConfig, "bootstrap", n_boot, "--bootstrap")
     run_dir = Path(run_dir)
     cfg, model, info = load_run(run_dir, device)
-    mpath = _manifest_path(manifest if manifest is not None else info["manifest"])
+    mpath = manifest_file(manifest if manifest is not None else info["manifest"])
     sha = sha256_file(mpath)
-    frame = _read_manifest(mpath)
+    frame = load_manifest(mpath)
     rows = frame[frame["split"] == split].reset_index(drop=True)
     if rows.empty:
         raise VolumeRunError(f"{mpath}: no rows in split {split!r}; splits found: "
@@ -116,6 +111,8 @@ def evaluate_run(run_dir: str | Path, split: str = "test", manifest: str | Path 
                                            & (subjects["truth"] == 1)).sum()),
     }
     result["nn_correction"] = run_nn_correction(run_dir)
+    result["prior"] = info.get("prior")
+    result["prior_estimate"] = info.get("prior_estimate")
     result["warnings"] = []
     if manifest is None and info.get("manifest_sha256") not in (None, sha):
         result["warnings"].append(
@@ -188,6 +185,22 @@ def _jsonable(obj: Any) -> Any:
     return obj
 
 
+def prior_markdown(prior: dict[str, Any] | None, estimate: dict[str, Any] | None
+                   ) -> list[str]:
+    """The class prior the run trained with and where it came from; an estimated one with
+    its interval, beside the cohort's truth where it has one."""
+    if not prior:
+        return []
+    text = f"Class prior used in training: {prior['prior']:.3f} ({prior['source']})."
+    if estimate:
+        truth = estimate.get("true_prior")
+        text += (f" Estimated from the PU data alone ({estimate['method']}, 95 % CI "
+                 f"[{estimate['ci_low']:.3f}, {estimate['ci_high']:.3f}]); "
+                 + (f"the cohort's truth gives {truth:.3f}." if truth is not None else
+                    "the cohort has no truth to compare it with."))
+    return ["## Class prior", "", text, ""]
+
+
 def metrics_markdown(result: dict[str, Any]) -> str:
     """A short Markdown report of one evaluation."""
     lines = [f"# Evaluation of {result['run']} on split `{result['split']}`", "",
@@ -213,6 +226,7 @@ def metrics_markdown(result: dict[str, Any]) -> str:
                      f"{format_ci(result['scan_level'][m])} | "
                      f"{format_ci(result['subject_level'][m])} |")
     lines += ["", "![ROC](roc.png)", ""]
+    lines += prior_markdown(result.get("prior"), result.get("prior_estimate"))
     if "nn_correction" in result:
         lines += nn_correction_markdown(result["nn_correction"])
     return "\n".join(lines)

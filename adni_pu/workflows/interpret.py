@@ -148,7 +148,7 @@ def interpret_run(run_dir: str | Path, split: str = "test", method: str = "gradc
     from adni_pu.interpret.maps import METHODS, MapSettings, attribution_map
     from adni_pu.interpret.stats import GROUPS, rank_correlation, region_share, subject_group
     from adni_pu.provenance import machine_description, package_versions
-    from adni_pu.workflows.train import _manifest_path, _read_manifest, load_run
+    from adni_pu.workflows.run_folder import load_manifest, load_run, manifest_file
 
     if method not in METHODS:
         raise VolumeRunError(f"--method: expected one of {', '.join(METHODS)}, found {method!r}")
@@ -160,8 +160,8 @@ def interpret_run(run_dir: str | Path, split: str = "test", method: str = "gradc
     out_dir = check_out_dir(out if out is not None else run_dir / f"interpret-{split}-{method}",
                             "the interpretation maps")
     cfg, model, info = load_run(run_dir, device)
-    mpath = _manifest_path(manifest if manifest is not None else info["manifest"])
-    frame = _read_manifest(mpath)
+    mpath = manifest_file(manifest if manifest is not None else info["manifest"])
+    frame = load_manifest(mpath)
     rows = frame[frame["split"] == split].reset_index(drop=True)
     if rows.empty:
         raise VolumeRunError(f"{mpath}: no rows in split {split!r}; splits found: "

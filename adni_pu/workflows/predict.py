@@ -16,7 +16,7 @@ from adni_pu.data.volumes import VolumeDataConfig
 from adni_pu.errors import VolumeRunError
 from adni_pu.fileio import atomic_write_text
 from adni_pu.pu.metrics import sigmoid
-from adni_pu.workflows.train import load_run, score_dataset
+from adni_pu.workflows.run_folder import load_run, score_dataset
 
 
 def on_model_grid(source: str | Path | Any, data: VolumeDataConfig) -> bool:

@@ -1,24 +1,25 @@
-"""The results table of the MNIST and CIFAR-10 benchmarks from a folder of per-run results
-files (Markdown + JSON): the one table of ``adni-pu benchmark`` results.
+"""The results table of the MNIST and CIFAR-10 benchmarks from a folder of results files
+(Markdown + JSON): ``adni-pu benchmark table FOLDER``.
 
     # one file per method (or preset) and seed, each from one benchmark command, e.g.
-    adni-pu benchmark mnist --method nnpu --seeds 0 --out runs/nnpu-s0 \\
+    adni-pu benchmark mnist --method nnpu --seeds 1 --out runs/nnpu-s0 \\
         --results-json benchmarks/results/mnist200/nnpu-s0.json
-    python benchmarks/mnist_table.py benchmarks/results/mnist200 [--pair A,B ...]
-    python benchmarks/mnist_table.py benchmarks/results/ablation200 --ablation
+    adni-pu benchmark table benchmarks/results/mnist200 [--pair A,B ...]
+    adni-pu benchmark table benchmarks/results/ablation200 --ablation
 
-Reads every ``*.json`` of the folder (the files ``--results-json`` writes; a file may hold
-several seeds of one method, its label is ``settings.method``) and writes ``FOLDER-table.md``
-and ``FOLDER-table.json`` beside the folder (``--out STEM`` to choose). Per method or
-preset: test accuracy of the validation-selected model (the honest number), the
-test-selected accuracy (a diagnostic: the test split chose the epoch), AUC, each as mean
-(sample std) over seeds in percent, the number of seeds, the epochs, seconds per epoch by
-phase and, where the per-seed records carry it, the mean share of training batches where
-the nnPU correction fired. Paired differences of test accuracy on the seeds both methods
-ran (Self-PU minus nnPU, nnPU minus naive and every ``--pair A,B``) come with a 95 % CI:
-a paired bootstrap over seeds and test examples (:func:`adni_pu.pu.metrics.paired_bootstrap`)
-when the per-seed records carry ``test_examples`` (per-example truth and correctness,
-written by the benchmark since issue 11), else a t-interval over seeds; the table says which.
+Reads every ``*.json`` of the folder (the files ``--results-json`` writes, in the format of
+:mod:`adni_pu.workflows.results_format`; a file may hold several seeds of one method, its
+label is ``settings.method``) and writes ``FOLDER-table.md`` and ``FOLDER-table.json``
+beside the folder (``--out STEM`` to choose). Per method or preset: test accuracy of the
+validation-selected model (the honest number), the test-selected accuracy (a diagnostic:
+the test split chose the epoch), AUC, each as mean (sample std) over seeds in percent, the
+number of seeds, the epochs, seconds per epoch by phase and, where the per-seed records
+carry it, the mean share of training batches where the nnPU correction fired. Paired
+differences of test accuracy on the seeds both methods ran (Self-PU minus nnPU, nnPU minus
+naive and every ``--pair A,B``) come with a 95 % CI: a paired bootstrap over seeds and test
+examples (:func:`adni_pu.pu.metrics.paired_bootstrap`) when the per-seed records carry
+``test_examples`` (per-example truth and correctness), else a t-interval over seeds; the
+table says which.
 
 ``--ablation``: rows are presets, the schedule (epochs, warm-up end, self-paced end) is
 stated per row and every row must share it (refused otherwise; ``--allow-mixed-schedule``
@@ -28,37 +29,25 @@ schedule in either mode.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
-from adni_pu.errors import AdniPuError
 from adni_pu.pu.metrics import mean_std, percent_summary
+from adni_pu.workflows.results_format import (
+    FINAL_RULE_KEY,
+    SCHEDULE_KEYS,
+    ResultsError,
+    data_settings,
+    read_results_file,
+    schedule,
+    unpack_bits,
+)
 
 METHOD_ORDER = ("naive", "upu", "nnpu", "selfpu")
 DEFAULT_PAIRS: tuple[tuple[str, str], ...] = (("selfpu", "nnpu"), ("nnpu", "naive"))
-SCHEDULE_KEYS = ("epochs", "warmup_epochs", "self_paced_end")
-DATA_KEYS = ("n_labelled", "scheme", "prior", "val_fraction", "train_limit", "test_limit")
-
-
-class TableError(AdniPuError, ValueError):
-    """Results files that cannot be put into one table (one line: file, field, found)."""
-
-
-def schedule(settings: dict[str, Any]) -> dict[str, int | None]:
-    """Epochs and, for Self-PU, the warm-up and self-paced ends (None for the baselines)."""
-    sp = settings.get("selfpu") or {}
-    return {"epochs": settings.get("epochs"), "warmup_epochs": sp.get("warmup_epochs"),
-            "self_paced_end": sp.get("self_paced_end")}
-
-
-def data_settings(settings: dict[str, Any]) -> dict[str, Any]:
-    """The PU data a run was trained and tested on (must match for a paired difference)."""
-    return {k: settings.get(k) for k in DATA_KEYS}
 
 
 def load_results(folder: Path, label_from_name: bool = False) -> dict[str, dict[str, Any]]:
@@ -68,22 +57,12 @@ def load_results(folder: Path, label_from_name: bool = False) -> dict[str, dict[
     file's name without a trailing ``-s<seed>`` (rows that differ by a ``--set`` only)."""
     files = sorted(folder.glob("*.json"))
     if not files:
-        raise TableError(f"{folder}: no *.json results files (expected the files written by "
-                         "`adni-pu benchmark ... --results-json FILE`)")
+        raise ResultsError(f"{folder}: no *.json results files (expected the files written by "
+                           "`adni-pu benchmark ... --results-json FILE`)")
     out: dict[str, dict[str, Any]] = {}
     for path in files:
-        try:
-            data = json.loads(path.read_text())
-        except json.JSONDecodeError as err:
-            raise TableError(f"{path}: not JSON ({err})") from None
-        for key in ("settings", "per_seed", "results"):
-            if not isinstance(data, dict) or key not in data:
-                raise TableError(f"{path}: field {key!r} missing; expected a results file of "
-                                 "`adni-pu benchmark ... --results-json`")
-        method = data["settings"].get("method")
-        if method not in data["results"]:
-            raise TableError(f"{path}: settings.method is {method!r} but results holds "
-                             f"{sorted(data['results'])}")
+        data = read_results_file(path)
+        method = data["settings"]["method"]
         label = re.sub(r"-s\d+$", "", path.stem) if label_from_name else method
         entry = out.setdefault(label, {"files": [], "schedule": schedule(data["settings"]),
                                        "selection": data["settings"].get("selection"),
@@ -93,8 +72,8 @@ def load_results(folder: Path, label_from_name: bool = False) -> dict[str, dict[
         for what, value in (("schedule", schedule(data["settings"])),
                             ("data", data_settings(data["settings"]))):
             if value != entry[what]:
-                raise TableError(f"{path}: {what} {value} of {label!r} differs from "
-                                 f"{entry[what]} in {entry['files'][0]}")
+                raise ResultsError(f"{path}: {what} {value} of {label!r} differs from "
+                                   f"{entry[what]} in {entry['files'][0]}")
         entry["files"].append(str(path))
         machine = data.get("machine") or "not recorded"
         if machine not in entry["machines"]:
@@ -102,14 +81,12 @@ def load_results(folder: Path, label_from_name: bool = False) -> dict[str, dict[
         for record in data["per_seed"]:
             seed = record["seed"]
             if seed in entry["seeds"]:
-                raise TableError(f"{path}: seed {seed} of {label!r} is also in "
-                                 f"{entry['seed_files'][seed]}; keep one file per seed")
+                raise ResultsError(f"{path}: seed {seed} of {label!r} is also in "
+                                   f"{entry['seed_files'][seed]}; keep one file per seed")
             entry["seeds"][seed] = record
             entry["seed_files"][seed] = str(path)
     return out
 
-
-FINAL_RULE_KEY = "test_accuracy_final_rule_diagnostic"
 
 
 def use_final_rule(entry: dict[str, Any], label: str) -> None:
@@ -123,8 +100,8 @@ def use_final_rule(entry: dict[str, Any], label: str) -> None:
         return
     for seed, record in entry["seeds"].items():
         if record.get(FINAL_RULE_KEY) is None:
-            raise TableError(f"{entry['seed_files'][seed]}: seed {seed} of {label!r} has no "
-                             f"{FINAL_RULE_KEY!r} (made before the final-model rule existed)")
+            raise ResultsError(f"{entry['seed_files'][seed]}: seed {seed} of {label!r} has "
+                               f"no {FINAL_RULE_KEY!r} (made before the final-model rule existed)")
         record["test"] = {**record["test"], "accuracy": record[FINAL_RULE_KEY], "auc": None}
         record.pop("test_examples", None)
 
@@ -166,11 +143,12 @@ def paired_difference(entries: dict[str, dict[str, Any]], a: str, b: str,
 
     for name in (a, b):
         if name not in entries:
-            raise TableError(f"--pair {a},{b}: no results for {name!r}; found {sorted(entries)}")
+            raise ResultsError(f"--pair {a},{b}: no results for {name!r}; found "
+                               f"{sorted(entries)}")
     if entries[a]["data"] != entries[b]["data"]:
-        raise TableError(f"{entries[a]['files'][0]}: data settings {entries[a]['data']} differ "
-                         f"from {entries[b]['data']} of {b!r} ({entries[b]['files'][0]}); "
-                         "a paired difference needs the same PU data")
+        raise ResultsError(f"{entries[a]['files'][0]}: data settings {entries[a]['data']} "
+                           f"differ from {entries[b]['data']} of {b!r} ({entries[b]['files'][0]}); "
+                           "a paired difference needs the same PU data")
     seeds = sorted(set(entries[a]["seeds"]) & set(entries[b]["seeds"]))
     diffs = [100.0 * (entries[a]["seeds"][s]["test"]["accuracy"]
                       - entries[b]["seeds"][s]["test"]["accuracy"]) for s in seeds]
@@ -203,8 +181,6 @@ def _correct_per_seed(entries: dict[str, dict[str, Any]], a: str, b: str, seeds:
                       ) -> list[tuple[Any, Any]] | None:
     """Per seed, whether ``a`` and ``b`` were right on each test example (None when a record
     lacks them); refuses seeds whose two runs were tested on different examples."""
-    from adni_pu.workflows.benchmark import unpack_bits
-
     out = []
     for seed in seeds:
         ra, rb = entries[a]["seeds"][seed], entries[b]["seeds"][seed]
@@ -212,9 +188,9 @@ def _correct_per_seed(entries: dict[str, dict[str, Any]], a: str, b: str, seeds:
         if not ea or not eb:
             return None
         if ea["n"] != eb["n"] or ea["truth"] != eb["truth"]:
-            raise TableError(f"{entries[a]['seed_files'][seed]}: seed {seed}: {a!r} and {b!r} "
-                             f"({entries[b]['seed_files'][seed]}) were tested on different "
-                             "test examples (test_examples.truth differs)")
+            raise ResultsError(f"{entries[a]['seed_files'][seed]}: seed {seed}: {a!r} and "
+                               f"{b!r} ({entries[b]['seed_files'][seed]}) were tested on different "
+                               "test examples (test_examples.truth differs)")
         out.append((unpack_bits(ea["correct"], ea["n"]), unpack_bits(eb["correct"], eb["n"])))
     return out
 
@@ -234,10 +210,10 @@ def check_schedules(rows: dict[str, dict[str, Any]], allow_mixed: bool) -> dict[
         label = differing[0]
         key = next(k for k in SCHEDULE_KEYS
                    if rows[label][k] is not None and rows[label][k] != reference[k][0])
-        raise TableError(f"{rows[label]['files'][0]}: {key} = {rows[label][key]} but "
-                         f"{reference[key][0]} in {reference[key][1]!r}; every row of the "
-                         "ablation must use the same schedule (--allow-mixed-schedule flags "
-                         "them instead)")
+        raise ResultsError(f"{rows[label]['files'][0]}: {key} = {rows[label][key]} but "
+                           f"{reference[key][0]} in {reference[key][1]!r}; every row of the "
+                           "ablation must use the same schedule (--allow-mixed-schedule flags "
+                           "them instead)")
     return {"same": not differing, "schedule": {k: v for k, (v, _) in reference.items()},
             "differing": differing}
 
@@ -311,12 +287,13 @@ def build(folder: Path, pairs: list[tuple[str, str]], ablation: bool = False,
     entries = load_results(folder, label_from_name)
     if protocol:
         if final_rule:
-            raise TableError("--protocol and --final-rule: choose one (the protocol names "
-                             "every Self-PU row itself)")
+            raise ResultsError("--protocol and --final-rule: choose one (the protocol names "
+                               "every Self-PU row itself)")
         final_rule = tuple(label for label, e in entries.items() if e["selfpu"])
     for label in final_rule:
         if label not in entries:
-            raise TableError(f"--final-rule {label}: no results for it; found {sorted(entries)}")
+            raise ResultsError(f"--final-rule {label}: no results for it; found "
+                               f"{sorted(entries)}")
         use_final_rule(entries[label], label)
     order = [m for m in METHOD_ORDER if m in entries] + [m for m in entries
                                                         if m not in METHOD_ORDER]
@@ -331,53 +308,26 @@ def build(folder: Path, pairs: list[tuple[str, str]], ablation: bool = False,
                   "schedule_check": check}
 
 
-def _pair(text: str) -> tuple[str, str]:
-    parts = text.split(",")
-    if len(parts) != 2 or not all(parts):
-        raise argparse.ArgumentTypeError(f"--pair {text!r}: expected A,B (two labels)")
-    return parts[0], parts[1]
+def table_stem(folder: Path, out: Path | None = None) -> Path:
+    """Where the table of ``folder`` goes: ``out`` (a stem), else ``FOLDER-table`` beside it."""
+    return out if out is not None else folder.parent / f"{folder.name}-table"
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("folder", type=Path, help="folder of results JSON files")
-    p.add_argument("--out", type=Path, default=None,
-                   help="output stem (writes STEM.md and STEM.json); default FOLDER-table")
-    p.add_argument("--pair", type=_pair, action="append", default=[],
-                   help="A,B: also report A minus B (repeatable)")
-    p.add_argument("--ablation", action="store_true",
-                   help="rows are presets; state and check the schedule per row")
-    p.add_argument("--allow-mixed-schedule", action="store_true",
-                   help="with --ablation: flag rows with another schedule instead of refusing")
-    p.add_argument("--label-from-name", action="store_true",
-                   help="label = file name without -s<seed> (rows that differ by --set only)")
-    p.add_argument("--final-rule", action="append", default=[], metavar="LABEL",
-                   help="report LABEL by the final-model rule's test accuracy (repeatable)")
-    p.add_argument("--protocol", action="store_true",
-                   help="the benchmark protocol: every Self-PU row by the final rule, the "
-                        "baselines by their runs' own selection (instead of --final-rule)")
-    args = p.parse_args(argv)
-
+def write_table(folder: Path, out: Path | None = None, pairs: list[tuple[str, str]] = (),
+                ablation: bool = False, allow_mixed: bool = False, command: str = "",
+                label_from_name: bool = False, final_rule: tuple[str, ...] = (),
+                protocol: bool = False) -> tuple[str, Path]:
+    """:func:`build` the table of ``folder`` and write ``STEM.md`` and ``STEM.json`` (with
+    provenance; :func:`table_stem`); returns the Markdown and the stem. Nothing is written
+    when the files cannot be put into one table (:class:`ResultsError`)."""
     from adni_pu.fileio import atomic_write_text
     from adni_pu.provenance import provenance
 
-    command = "python benchmarks/mnist_table.py " + " ".join(
-        sys.argv[1:] if argv is None else argv)
-    try:
-        text, record = build(args.folder, args.pair, args.ablation, args.allow_mixed_schedule,
-                             command, args.label_from_name, tuple(args.final_rule),
-                             args.protocol)
-    except TableError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    stem = args.out or args.folder.parent / f"{args.folder.name}-table"
+    text, record = build(folder, list(pairs), ablation, allow_mixed, command, label_from_name,
+                         tuple(final_rule), protocol)
+    stem = table_stem(folder, out)
     record["provenance"] = provenance()
     atomic_write_text(stem.with_name(stem.name + ".md"), text)
     atomic_write_text(stem.with_name(stem.name + ".json"),
                       json.dumps(record, indent=2, default=str) + "\n")
-    print(text)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return text, stem

@@ -14,7 +14,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from benchmarks.integrity_probes import FAST, TINY, Probe, _last, _sets, _trained
+from benchmarks.integrity_probes import FAST, Probe, _last, _sets, _trained, tiny_sets
 
 _HOMES: dict[Path, Path] = {}
 
@@ -106,9 +106,7 @@ def _train_with(p: Probe, scan: str) -> str:
         m.loc[m.scan_path.str.endswith("sub-3_ses-bl_desc-preproc_T1w.nii"), "scan_path"] = {scan!r}
         m.to_csv("manifest.csv", index=False)
         """)
-    overrides = p.py(TINY + "print('\\n'.join(tiny_overrides(1)))").stdout.split("\n")
-    r = p.cli("train", "manifest.csv", "run2", "--preset", "naive",
-              *_sets([o for o in overrides if o]))
+    r = p.cli("train", "manifest.csv", "run2", "--preset", "naive", *tiny_sets(p))
     left = "a run folder is left" if (p.work / "run2").exists() else "no run folder"
     return f"exit {r.returncode}, {left}: {_short(p, _last(r.stderr))[:150]}"
 

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks.integrity_probes import FAST, TINY, Probe, _last, _sets
+from benchmarks.integrity_probes import FAST, TINY, Probe, _last, _sets, tiny_sets
 
 HEAD = """
 import nibabel as nib
@@ -93,8 +93,7 @@ def _outcome(r: Any) -> str:
 def _tiny_cohort(p: Probe) -> list[str]:
     """A tiny model-grid cohort in ``cohort/``; the --set arguments of a seconds-long run."""
     p.py(TINY + "make_volume_cohort(Path('cohort'))")
-    overrides = p.py(TINY + "print('\\n'.join(tiny_overrides(1)))").stdout.split("\n")
-    return _sets([o for o in overrides if o])
+    return tiny_sets(p)
 
 
 # --------------------------------------------------------------------------- 4, 8: two processes

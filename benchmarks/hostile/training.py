@@ -1,5 +1,5 @@
 """Hostile probes: training (see benchmarks.hostile): leakage, contradictory manifests,
-settings and messages (issue 37, findings 3, 5, 14, 19, 20, 24, 27, 28, 29, 30b)."""
+settings and messages (findings 3, 5, 14, 19, 20, 24, 27, 28, 29, 30b)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import subprocess
 import time
 from collections.abc import Callable
 
-from benchmarks.integrity_probes import REPO, TINY, Probe, _last, _sets, _trained
+from benchmarks.common import REPO
+from benchmarks.integrity_probes import TINY, Probe, _last, _sets, _trained, tiny_sets
 
 MNIST = REPO.parent / "shared" / "data" / "mnist"
 
@@ -20,13 +21,8 @@ m = pd.read_csv('cohort/manifest.csv', dtype=str, keep_default_na=False)
 """
 
 
-def _tiny_sets(p: Probe, epochs: int = 1) -> list[str]:
-    lines = p.py(TINY + f"print('\\n'.join(tiny_overrides({epochs})))").stdout.split("\n")
-    return _sets([o for o in lines if o])
-
-
 def _train(p: Probe, manifest: str, run: str, *extra: str) -> subprocess.CompletedProcess:
-    return p.cli("train", manifest, run, "--preset", "naive", *_tiny_sets(p), *extra)
+    return p.cli("train", manifest, run, "--preset", "naive", *tiny_sets(p), *extra)
 
 
 def _said(p: Probe, r: subprocess.CompletedProcess, width: int = 150) -> str:

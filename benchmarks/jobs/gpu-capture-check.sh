@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Issue 24: the population's step replayed as a CUDA graph (adni_pu/pu/replay.py), built on
-# the CPU and not yet run on a GPU. One device call, run from the repository root with
+# The population's step replayed as a CUDA graph (adni_pu/pu/replay.py) on a GPU: its tests
+# and its seconds per epoch. One device call, run from the repository root with
 # carry [".whl", ".pieces"] (.whl: pytest and its dependencies, which the device image
 # lacks; .pieces/data/mnist: the MNIST IDX files, as in benchmarks/gpu-pieces.md):
 #   bash benchmarks/jobs/gpu-capture-check.sh

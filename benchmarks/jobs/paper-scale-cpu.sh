@@ -11,12 +11,12 @@ WORK=${1:-runs/paper-scale}
 shift || true
 SEEDS=${*:-0 1 2}
 PY=${PYTHON:-.venv/bin/python}
-[ -f "$WORK/prepared.json" ] || "$PY" benchmarks/paper_scale.py prepare --work "$WORK"
+[ -f "$WORK/prepared.json" ] || "$PY" -m benchmarks.paper_scale prepare --work "$WORK"
 queue() {
   for job in "$@"; do
     method=${job%-*}; seed=${job#*-}
     [ -f "benchmarks/results/paper-scale/$method-seed$seed.json" ] && continue
-    "$PY" benchmarks/paper_scale.py run --work "$WORK" --method "$method" --seed "$seed" \
+    "$PY" -m benchmarks.paper_scale run --work "$WORK" --method "$method" --seed "$seed" \
       --threads 1 > "$WORK/$method-seed$seed.log" 2>&1 || echo "failed: $job" >&2
   done
 }

@@ -26,7 +26,7 @@ else
 fi
 export MACHINE
 if [ ! -f "$WORK/prepared.json" ]; then
-  "$PY" benchmarks/paper_scale.py prepare --work "$WORK" --workers "$(nproc)" \
+  "$PY" -m benchmarks.paper_scale prepare --work "$WORK" --workers "$(nproc)" \
     > "$LOGS/prepare.log" 2>&1 || { echo "prepare failed" >&2; exit 1; }
 fi
 # The cohort is regenerated from its seed: its fingerprint shows it equals the CPU pieces'.
@@ -36,7 +36,7 @@ piece() {
   [ -f "$RESULTS/$method-seed$seed.json" ] && return 0
   left=$((STOP - $(date +%s)))
   if [ "$left" -lt 60 ]; then echo "not started (budget): $job"; return 0; fi
-  timeout "$left" "$PY" benchmarks/paper_scale.py run --work "$WORK" --method "$method" \
+  timeout "$left" "$PY" -m benchmarks.paper_scale run --work "$WORK" --method "$method" \
     --seed "$seed" --epochs "$EPOCHS" --threads "$THREADS" --machine "$MACHINE" \
     --results "$RESULTS" > "$LOGS/$job.log" 2>&1
   local rc=$?
