@@ -23,7 +23,18 @@ from adni_pu.data.volumes import (
     save_hippocampus_boxes,
 )
 
-NO_AUG = dict(flip_prob=0.0, affine_prob=0.0, intensity_prob=0.0, translate=False)
+NO_AUG = dict(flip_prob=0.0, affine_prob=0.0, intensity_prob=0.0, translate=False,
+              store_dtype="float32")  # batches then hold the cached values exactly
+
+
+def augmented(ds, index: int, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Item ``index`` of a training dataset as the trainer sees it: in a batch, augmented
+    with the draws of key (``seed``, entry ``index``)."""
+    from adni_pu.data.volume_augment import item_keys
+
+    batch = next(ds.load_batches([np.array([index])], torch.device("cpu"),
+                                 keys=[item_keys(seed, np.array([index]))]))
+    return {k: batch[k][0] for k in ("brain", "hipp_l", "hipp_r")}
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +137,8 @@ def test_flip_swaps_the_hippocampus_inputs(manifest):
     plain = build_volume_dataset(manifest, "train", VolumeDataConfig(**NO_AUG), train=True)
     flip = build_volume_dataset(
         manifest, "train", VolumeDataConfig(**{**NO_AUG, "flip_prob": 1.0}), train=True)
-    a, b = plain[1], flip[1]
+    a, b = augmented(plain, 1), augmented(flip, 1)
+    assert torch.equal(a["brain"], plain[1]["brain"])  # nothing random: the item itself
     assert torch.equal(b["brain"], a["brain"].flip(1))
     assert torch.equal(b["hipp_l"], a["hipp_r"].flip(1))
     assert torch.equal(b["hipp_r"], a["hipp_l"].flip(1))
@@ -139,15 +151,15 @@ def test_flip_swaps_the_hippocampus_inputs(manifest):
 def test_augmentation_is_random_but_reproducible_and_keeps_shapes(manifest):
     cfg = VolumeDataConfig(flip_prob=0.5, affine_prob=1.0, intensity_prob=1.0, noise_std=0.01)
     ds = build_volume_dataset(manifest, "train", cfg, train=True)
-    torch.manual_seed(1)
-    x1 = ds[0]
-    torch.manual_seed(1)
-    x2 = ds[0]
-    x3 = ds[0]
+    x1 = augmented(ds, 0, seed=1)
+    torch.manual_seed(7)  # the global generator plays no part
+    x2 = augmented(ds, 0, seed=1)
+    x3 = augmented(ds, 0, seed=2)
     for key, shape in (("brain", (1, 50, 50, 50)), ("hipp_l", (1, 30, 30, 30))):
         assert x1[key].shape == shape
         assert torch.equal(x1[key], x2[key])
         assert not torch.equal(x1[key], x3[key])
+    assert torch.equal(ds[0]["brain"], ds[0]["brain"])  # items themselves: never random
     evaluation = build_volume_dataset(manifest, "train", cfg, train=False)
     assert torch.equal(evaluation[0]["brain"], evaluation[0]["brain"])
 
@@ -222,8 +234,7 @@ def test_hipp_mask_channel_moves_with_the_image(manifest):
     assert torch.equal(item["hipp_l"][1:], centre)
     moved = build_volume_dataset(manifest, "train", dataclasses.replace(
         cfg, translate=True, intensity_prob=1.0, flip_prob=1.0), train=True)
-    torch.manual_seed(3)
-    x = moved[1]
+    x = augmented(moved, 1, seed=3)
     base = moved.base[1]  # the cached box with its margin, before augmentation
     label_r = masks["hipp_r"].flip(1)  # flipped: hipp_l now holds the mirrored right box
     image_r = torch.as_tensor(base["hipp_r"]).flip(1)
@@ -256,7 +267,7 @@ def test_ventricle_channel_is_the_box_resized_with_the_brain(manifest):
     plain = build_volume_dataset(manifest, "train", VolumeDataConfig(**NO_AUG))[1]
     assert item["brain"].shape == (2, 50, 50, 50) and item["hipp_l"].shape == (1, 30, 30, 30)
     assert torch.equal(item["brain"][:1], plain["brain"]) and torch.equal(item["brain"][1:], box)
-    flipped = build_volume_dataset(manifest, "train", VolumeDataConfig(
+    flipped = augmented(build_volume_dataset(manifest, "train", VolumeDataConfig(
         ventricle_mask=True, **{**NO_AUG, "flip_prob": 1.0, "intensity_prob": 1.0}),
-        train=True)[1]
+        train=True), 1)
     assert torch.equal(flipped["brain"][1:], box.flip(1))

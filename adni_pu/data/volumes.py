@@ -9,10 +9,13 @@ Two stages:
    cut the left and right hippocampus boxes (with a margin for translation augmentation)
    and resize the whole crop to 50^3. What is cached is small (about 1 MB per scan), so an
    epoch is not bound by disk or by the loading transforms.
-2. Per item (training only random): small affine changes per branch, a random box
-   position inside the margin, a left-right flip that also swaps the two hippocampus
-   inputs (a mirrored right hippocampus looks like a left one), intensity scale/shift.
-   Drawn from torch's global generator, which DataLoader seeds per worker.
+2. Per batch, on the training device (:mod:`adni_pu.data.volume_augment`; training only
+   random): a random box position inside the margin, a left-right flip that also swaps
+   the two hippocampus inputs (a mirrored right hippocampus looks like a left one), small
+   affine changes per branch (MONAI's ``AffineTransform``), intensity scale/shift. Drawn
+   from per-item keys (seed, epoch, entry), not from a generator's state. The cached
+   images come from a store on the device (:mod:`adni_pu.data.volume_store`), loaded once,
+   or through a ``DataLoader`` (``store``).
 
 The hippocampus boxes come from the AAL hippocampus labels resampled to the model grid
 (``adni_pu.atlas``), so they stay right when the grid or the crop changes.
@@ -24,8 +27,9 @@ import functools
 import hashlib
 import json
 import logging
-import math
 import warnings
+import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -84,6 +88,16 @@ class VolumeDataConfig:
     intensity_shift: float = 0.1
     noise_std: float = 0.0
 
+    store: Literal["auto", "device", "loader"] = "auto"
+    """Where training and scoring read the cached images: ``device`` stacks them once on the
+    training device (the GPU, or host memory on a CPU run) and gathers each batch there;
+    ``loader`` reads them through a ``DataLoader`` (``train.num_workers``); ``auto`` stores
+    them when they take at most half the free memory, else uses the loader and says so."""
+    store_dtype: Literal["auto", "float32", "float16", "bfloat16", "uint8"] = "auto"
+    """How the store keeps the images (batches are float32 either way): ``auto`` is float16
+    on a GPU and float32 on the CPU; docs/volumes.md gives each type's effect on the
+    model's outputs."""
+
     cache: Literal["memory", "disk", "none"] = "memory"
     cache_dir: Path | None = None
     """Folder of the disk cache (``cache = "disk"``)."""
@@ -114,6 +128,11 @@ class VolumeDataConfig:
         if self.normalization not in ("zscore", "percentile", "minmax", "none"):
             raise ConfigError(f"normalization: expected zscore, percentile, minmax or none, "
                              f"found {self.normalization!r}")
+        if self.store not in ("auto", "device", "loader"):
+            raise ConfigError(f"store: expected auto, device or loader, found {self.store!r}")
+        if self.store_dtype not in ("auto", "float32", "float16", "bfloat16", "uint8"):
+            raise ConfigError(f"store_dtype: expected auto, float32, float16, bfloat16 or "
+                             f"uint8, found {self.store_dtype!r}")
         if self.cache not in ("memory", "disk", "none"):
             raise ConfigError(f"cache: expected memory, disk or none, found {self.cache!r}")
         if self.cache_dir is not None:
@@ -322,42 +341,17 @@ def _digest(cfg: VolumeDataConfig) -> str:
     return hashlib.sha1(text.encode()).hexdigest()[:16]
 
 
-# --------------------------------------------------------------------------- random stage
-
-
-def flip_swap(item: dict[str, Any]) -> dict[str, Any]:
-    """Mirror left-right (first spatial axis, RAS x) and swap the hippocampus inputs."""
-    out = dict(item)
-    out["brain"] = item["brain"].flip(1)
-    out["hipp_l"] = item["hipp_r"].flip(1)
-    out["hipp_r"] = item["hipp_l"].flip(1)
-    return out
-
-
-def _random_affine(x: torch.Tensor, rotate_deg: float, scale_range: float) -> torch.Tensor:
-    """Small random rotation and isotropic scaling of a 1 x D x H x W volume about its centre."""
-    import torch.nn.functional as F
-
-    angles = (torch.rand(3) * 2 - 1) * math.radians(rotate_deg)
-    c, s = torch.cos(angles), torch.sin(angles)
-    one, zero = torch.ones(()), torch.zeros(())
-    rx = torch.stack([one, zero, zero, zero, c[0], -s[0], zero, s[0], c[0]]).view(3, 3)
-    ry = torch.stack([c[1], zero, s[1], zero, one, zero, -s[1], zero, c[1]]).view(3, 3)
-    rz = torch.stack([c[2], -s[2], zero, s[2], c[2], zero, zero, zero, one]).view(3, 3)
-    scale = 1.0 + (torch.rand(()) * 2 - 1) * scale_range
-    theta = torch.zeros(1, 3, 4)
-    theta[0, :, :3] = (rz @ ry @ rx) / scale
-    grid = F.affine_grid(theta, [1, *x.shape], align_corners=False)
-    return F.grid_sample(x[None], grid, mode="bilinear", padding_mode="border",
-                         align_corners=False)[0]
+# --------------------------------------------------------------------------- items and batches
 
 
 class VolumeDataset(Dataset):
-    """Items of one split: the cached stage, then (in training) random augmentation.
+    """Items of one split: the cached stage, boxes at their centre, never augmented.
 
-    Each item is a dict: ``brain``, ``hipp_l``, ``hipp_r`` (float32 tensors 1 x D x H x W),
+    Each item is a dict: ``brain``, ``hipp_l``, ``hipp_r`` (float32 tensors C x D x H x W),
     ``pu_label`` (int), ``truth`` (float, nan if unknown), ``index`` (position in the
-    split), ``subject_id`` and ``session_id`` (str).
+    split), ``subject_id`` and ``session_id`` (str). Training and scoring read whole
+    batches through :meth:`load_batches`, which augments them when the dataset is a
+    ``train`` one and is given the items' keys.
     """
 
     def __init__(self, base: Any, frame: Any, config: VolumeDataConfig, train: bool) -> None:
@@ -368,6 +362,8 @@ class VolumeDataset(Dataset):
         self.boxes = hippocampus_boxes(config)
         self.masks = hippocampus_masks(config) if config.hipp_mask else None
         self.ventricles = ventricle_box_mask(config) if config.ventricle_mask else None
+        self._augment: Any = None
+        self._on_device: dict[str, dict[str, torch.Tensor]] = {}
 
     def __len__(self) -> int:
         return len(self.base)
@@ -377,55 +373,157 @@ class VolumeDataset(Dataset):
         """Subject of each item, in order."""
         return [str(s) for s in self.frame["subject_id"]]
 
-    def __getitem__(self, index: int) -> dict[str, Any]:
-        try:
-            item = self.base[index]
-        except RuntimeError as exc:
-            raise _unwrap(exc) from exc
-        cfg = self.config
-        m = cfg.hipp_margin
-        out: dict[str, Any] = {"brain": item["brain"]}
-        if self.ventricles is not None:
-            out["brain"] = torch.cat([torch.as_tensor(item["brain"]), self.ventricles], dim=0)
-        for key in ("hipp_l", "hipp_r"):
-            if self.train and cfg.translate and m > 0:
-                start = [int(v) for v in torch.randint(0, 2 * m + 1, (3,))]
-            else:
-                start = [m, m, m]
-            sl = tuple(slice(s, s + n) for s, n in zip(start, cfg.hipp_size))
-            box = torch.as_tensor(item[key])
-            if self.masks is not None:  # the label travels with the image from here on
-                box = torch.cat([box, self.masks[key]], dim=0)
-            out[key] = box[(slice(None), *sl)]
-        if self.train:
-            if cfg.flip_prob > 0 and float(torch.rand(())) < cfg.flip_prob:
-                out = flip_swap(out)
-            for key in BRANCH_KEYS:
-                if cfg.affine_prob > 0 and float(torch.rand(())) < cfg.affine_prob:
-                    out[key] = _random_affine(out[key], cfg.rotate_deg, cfg.scale_range)
-            if cfg.intensity_prob > 0 and float(torch.rand(())) < cfg.intensity_prob:
-                factor = 1.0 + (float(torch.rand(())) * 2 - 1) * cfg.intensity_scale
-                shift = (float(torch.rand(())) * 2 - 1) * cfg.intensity_shift
-                for key in BRANCH_KEYS:  # the image channel only, never the label
-                    out[key] = torch.cat([out[key][:1] * factor + shift, out[key][1:]])
-            if cfg.noise_std > 0:
-                for key in BRANCH_KEYS:
-                    out[key] = torch.cat([out[key][:1] + cfg.noise_std
-                                          * torch.randn_like(out[key][:1]), out[key][1:]])
-        for key in BRANCH_KEYS:
-            out[key] = torch.as_tensor(out[key], dtype=torch.float32).contiguous()
-        # labels and ids from this split's own row, not the cached item: the disk cache is
-        # keyed by the scan alone, so its item may come from another fold or split
+    @property
+    def augment(self) -> Any:
+        """The batch augmentation (:class:`~adni_pu.data.volume_augment.VolumeAugment`)."""
+        if self._augment is None:
+            from adni_pu.data.volume_augment import AugmentSettings, VolumeAugment
+
+            self._augment = VolumeAugment(AugmentSettings.of(self.config))
+        return self._augment
+
+    def images(self, index: int) -> dict[str, torch.Tensor]:
+        """The cached images of item ``index`` (one channel; the boxes with their margin)."""
+        return _cached_images(self.base, index)
+
+    def meta(self, index: int) -> dict[str, Any]:
+        """Labels and ids of item ``index``, from this split's own row (the disk cache is
+        keyed by the scan alone, so its item may come from another fold or split)."""
         meta = self.base.data[index]
         truth = meta.get("truth")
-        out.update({
+        return {
             "pu_label": int(meta["pu_label"]),
             "truth": float("nan") if truth is None else float(truth),
             "index": int(meta["index"]),
             "subject_id": str(meta["subject_id"]),
             "session_id": str(meta["session_id"]),
-        })
+        }
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        batch = self.finish({k: v[None] for k, v in self.images(index).items()})
+        out: dict[str, Any] = {k: batch[k][0].contiguous() for k in BRANCH_KEYS}
+        out.update(self.meta(index))
         return out
+
+    def finish(self, images: dict[str, torch.Tensor], keys: np.ndarray | None = None
+               ) -> dict[str, torch.Tensor]:
+        """A batch of cached images (B x 1 x ..., on any device) as the model's inputs: the
+        label channels appended, then augmented (a ``train`` dataset given the items' keys,
+        :func:`adni_pu.data.volume_augment.item_keys`) or the boxes cut at their centre."""
+        batch = dict(images)
+        device = batch["brain"].device
+        n = batch["brain"].shape[0]
+        masks = self._masks_on(device)
+        if "brain" in masks:
+            batch["brain"] = torch.cat([batch["brain"], masks["brain"].expand(n, -1, -1, -1, -1)],
+                                       dim=1)
+        for key in ("hipp_l", "hipp_r"):
+            if key in masks:
+                batch[key] = torch.cat([batch[key], masks[key].expand(n, -1, -1, -1, -1)],
+                                       dim=1)
+        if self.train and keys is not None:
+            return self.augment(batch, keys)
+        return self.augment.centre(batch)
+
+    def _masks_on(self, device: torch.device) -> dict[str, torch.Tensor]:
+        key = str(device)
+        if key not in self._on_device:
+            masks: dict[str, torch.Tensor] = {}
+            if self.ventricles is not None:
+                masks["brain"] = self.ventricles[None].to(device)
+            if self.masks is not None:
+                masks.update({k: v[None].to(device) for k, v in self.masks.items()})
+            self._on_device[key] = masks
+        return self._on_device[key]
+
+    def load_batches(self, index_batches: list[np.ndarray], device: torch.device,
+                     keys: list[np.ndarray] | None = None, num_workers: int = 0
+                     ) -> Iterator[dict[str, torch.Tensor]]:
+        """The model's inputs of each batch of item indices, on ``device``: ``brain``,
+        ``hipp_l``, ``hipp_r`` (float32) and ``index``. Read from the store on the device
+        (``config.store``; built on the first call) or through a ``DataLoader`` with
+        ``num_workers``; then :meth:`finish` (``keys``: one array per batch)."""
+        store = device_store(self, device)
+        if store is not None:
+            for b, idx in enumerate(index_batches):
+                rows = torch.from_numpy(np.asarray(idx, dtype=np.int64)).to(device,
+                                                                             non_blocking=True)
+                batch = self.finish(store.gather(rows), None if keys is None else keys[b])
+                batch["index"] = rows
+                yield batch
+            return
+        loader = torch.utils.data.DataLoader(
+            _CachedImages(self.base), batch_sampler=[list(map(int, b)) for b in index_batches],
+            num_workers=num_workers, collate_fn=_stack_images,
+            pin_memory=device.type == "cuda", persistent_workers=False)
+        for b, images in enumerate(loader):
+            images = {k: v.to(device, non_blocking=True) for k, v in images.items()}
+            rows = images.pop("index")
+            batch = self.finish(images, None if keys is None else keys[b])
+            batch["index"] = rows
+            yield batch
+
+
+def _cached_images(base: Any, index: int) -> dict[str, torch.Tensor]:
+    try:
+        item = base[index]
+    except RuntimeError as exc:
+        raise _unwrap(exc) from exc
+    return {k: torch.as_tensor(item[k], dtype=torch.float32) for k in BRANCH_KEYS}
+
+
+class _CachedImages(Dataset):
+    """The cached images of a split by index (what the loader's workers read)."""
+
+    def __init__(self, base: Any) -> None:
+        self.base = base
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        out: dict[str, Any] = _cached_images(self.base, index)
+        out["index"] = index
+        return out
+
+
+def _stack_images(items: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+    out = {k: torch.stack([it[k] for it in items]) for k in BRANCH_KEYS}
+    out["index"] = torch.tensor([it["index"] for it in items], dtype=torch.long)
+    return out
+
+
+_STORES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def device_store(dataset: VolumeDataset, device: torch.device) -> Any:
+    """The :class:`~adni_pu.data.volume_store.VolumeStore` of ``dataset``'s cached items on
+    ``device``, built once per cache (a split's training and scoring datasets share it), or
+    None where ``config.store`` or the free memory says to use the loader (said once)."""
+    from adni_pu.data.volume_store import VolumeStore, log, storage_type, store_plan
+
+    cfg = dataset.config
+    per_base = _STORES.setdefault(dataset.base, {})
+    key = (str(device), cfg.store, cfg.store_dtype)
+    if key in per_base:
+        return per_base[key]
+    plan = store_plan(len(dataset), cfg, device)
+    store = None
+    if plan.use_store:
+        try:
+            store = VolumeStore.build(lambda i: _cached_images(dataset.base, i), len(dataset),
+                                      cfg, device)
+            log.info("volumes: %d items stored on %s (%.0f MiB, %s)", len(dataset), device,
+                     store.nbytes / 2**20, storage_type(cfg, device))
+        except torch.OutOfMemoryError:
+            log.warning("volumes: the %d items (%.0f MiB as %s) did not fit on %s; reading "
+                        "them through the DataLoader instead", len(dataset),
+                        plan.needed / 2**20, storage_type(cfg, device), device)
+    elif cfg.store == "auto":
+        log.warning("volumes: %s; reading them through the DataLoader instead "
+                    "(data.store = \"loader\" chooses it without this message)", plan.reason)
+    per_base[key] = store
+    return store
 
 
 def collate_volumes(batch: list[dict[str, Any]]) -> dict[str, Any]:

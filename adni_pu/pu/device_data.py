@@ -1,8 +1,10 @@
 """Device data: the training device, tensors moved there once, and batches gathered on it.
 
 Tensor data sets (MNIST, CIFAR-10) live on the training device for the whole run
-(:meth:`DeviceData.resident`) and batches are gathered by index there; map-style data sets
-(the ADNI volumes) go through a ``DataLoader`` with the planned batches as its sampler.
+(:meth:`DeviceData.resident`) and batches are gathered by index there. A data set that
+assembles its own batches (``load_batches``: the ADNI volumes, stored on the device once and
+augmented there in whole batches, :mod:`adni_pu.data.volumes`) is asked for them; other
+map-style data sets go through a ``DataLoader`` with the planned batches as its sampler.
 :meth:`DeviceData.predict_logits` is the one inference function: training, selection,
 evaluate, predict and the benchmarks score models through it.
 """
@@ -188,6 +190,10 @@ class DeviceData:
             for idx in index_batches:
                 yield on_device[self.rows(idx)]
             return
+        if hasattr(x, "load_batches"):  # un-augmented batches of a volume data set
+            for xb in x.load_batches(index_batches, self.device, num_workers=self.num_workers):
+                yield to_layout(xb, self.layout)
+            return
         loader = torch.utils.data.DataLoader(
             x, batch_sampler=[list(map(int, b)) for b in index_batches],
             num_workers=self.num_workers, collate_fn=self.collate,
@@ -202,11 +208,22 @@ class DeviceData:
         """Inputs, PU labels and example indices of each batch of an epoch's ``plan``
         (:class:`~adni_pu.pu.batching.EpochPlan` of :class:`~adni_pu.pu.batching.Entries`),
         gathered on the device; ``augment = "crop-flip"`` crops and mirrors resident image
-        batches with a generator seeded by ``augment_seed``."""
+        batches with a generator seeded by ``augment_seed``. A data set with
+        ``load_batches`` augments its own batches (a ``train`` volume data set), from keys
+        of ``augment_seed`` (the run's seed and the epoch), each training entry and its
+        occurrence in the epoch (:func:`adni_pu.data.volume_augment.item_keys`)."""
         s_all = torch.split(torch.from_numpy(entries.s[plan.order]).to(self.device), plan.sizes)
         idx_all = torch.split(self.rows(entries.base[plan.order]), plan.sizes)
         if not isinstance(x, torch.Tensor):
-            inputs = self.iterate(x, [entries.base[b] for b in plan.batches])
+            index_batches = [entries.base[b] for b in plan.batches]
+            if hasattr(x, "load_batches"):
+                from adni_pu.data.volume_augment import item_keys
+
+                keys = np.split(item_keys(augment_seed, plan.order), plan.starts[1:])
+                inputs: Iterator[Any] = (to_layout(xb, self.layout) for xb in x.load_batches(
+                    index_batches, self.device, keys=keys, num_workers=self.num_workers))
+            else:
+                inputs = self.iterate(x, index_batches)
             yield from zip(inputs, s_all, idx_all)
             return
         on_device = self.resident(x)
