@@ -113,7 +113,7 @@ app = typer.Typer(
     context_settings={"max_content_width": 100},
 )
 
-_VERBS: tuple[str, ...] = ("benchmark", "preprocess", "qc", "cohort", "train", "evaluate",
+_VERBS: tuple[str, ...] = ("benchmark", "preprocess", "qc", "cohort", "prior", "train", "evaluate",
                            "predict", "interpret", "demo", "synth")
 
 
