@@ -65,3 +65,13 @@ def test_censoring_turns_the_unlabelled_fraction_into_the_class_prior():
 def test_no_held_out_positives_is_an_error_that_says_so():
     with pytest.raises(ConfigError, match="0 labelled positives"):
         best_bin_alpha(np.array([]), np.array([0.1, 0.2]))
+
+
+def test_an_alpha_near_zero_still_gives_a_usable_prior_under_censoring():
+    # every unlabelled example scores below every labelled positive: the top bin holds
+    # one unlabelled example, the smallest alpha the thresholds can give
+    p = np.linspace(5, 6, 50)
+    u = np.linspace(-6, -5, 200)
+    assert best_bin_alpha(p, u) == pytest.approx(1 / 200)
+    est = estimate_prior(p, u, "censoring", n_labelled=50, n_total=250, n_bootstrap=20)
+    assert est.value > 50 / 250  # above the labelled fraction, as the censoring risk needs

@@ -108,6 +108,9 @@ def estimate_prior(scores_p: np.ndarray, scores_u: np.ndarray,
     lo, hi = (np.quantile(boot, [tail, 1 - tail]) if n_bootstrap else (alpha, alpha))
 
     def prior(a: float) -> float:
+        # alpha kept off 0 and 1, so that under censoring the prior exceeds the labelled
+        # fraction and every risk can use it
+        a = float(np.clip(a, 1e-3, 1 - 1e-3))
         return float(np.clip(prior_from_alpha(a, scheme, n_labelled, n_total), 1e-3, 1 - 1e-3))
 
     return PriorEstimate(prior(alpha), prior(lo), prior(hi), METHOD, alpha, len(p), len(u),
