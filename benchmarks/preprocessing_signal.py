@@ -67,7 +67,8 @@ def measure(synth: Path, prep: Path) -> dict:
     import nibabel as nib
     from sklearn.metrics import roc_auc_score
 
-    from adni_pu.data.volumes import VolumeDataConfig, hippocampus_boxes
+    from adni_pu.data.volume_boxes import hippocampus_boxes
+    from adni_pu.data.volumes import VolumeDataConfig
 
     cfg = VolumeDataConfig()
     origin = cfg.crop_origin()

@@ -14,14 +14,12 @@ import pytest
 import torch
 
 from adni_pu import atlas
-from adni_pu.data.volumes import (
-    VolumeDataConfig,
-    build_volume_dataset,
-    collate_volumes,
+from adni_pu.data.volume_boxes import (
     hippocampus_box_record,
     hippocampus_boxes,
     save_hippocampus_boxes,
 )
+from adni_pu.data.volumes import VolumeDataConfig, build_volume_dataset, collate_volumes
 
 NO_AUG = dict(flip_prob=0.0, affine_prob=0.0, intensity_prob=0.0, translate=False,
               store_dtype="float32")  # batches then hold the cached values exactly
@@ -216,7 +214,7 @@ def test_hipp_mask_channel_moves_with_the_image(manifest):
     """``hipp_mask``: each hippocampus box gets the atlas label as a second channel, cut
     from the same window as the image (also when training moves the box), mirrored with it
     by the flip and untouched by intensity changes."""
-    from adni_pu.data.volumes import hippocampus_masks
+    from adni_pu.data.volume_boxes import hippocampus_masks
 
     cfg = VolumeDataConfig(hipp_mask=True, **NO_AUG)
     masks = hippocampus_masks(cfg)
@@ -251,7 +249,7 @@ def test_hipp_mask_channel_moves_with_the_image(manifest):
 
 
 def test_ventricle_channel_is_the_box_resized_with_the_brain(manifest):
-    from adni_pu.data.volumes import ventricle_box_mask
+    from adni_pu.data.volume_boxes import ventricle_box_mask
 
     cfg = VolumeDataConfig(ventricle_mask=True, **NO_AUG)
     box = ventricle_box_mask(cfg)

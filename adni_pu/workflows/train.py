@@ -231,7 +231,8 @@ def _train(frame: Any, mpath: Path, sha: str, scans: Any, config: VolumeTrainCon
     import pandas as pd
 
     from adni_pu.cohort.leakage import RECORD_COLUMNS, RUN_RECORD
-    from adni_pu.data.volumes import collate_volumes, save_hippocampus_boxes
+    from adni_pu.data.volume_boxes import save_hippocampus_boxes
+    from adni_pu.data.volumes import collate_volumes
     from adni_pu.pu.trainer import Trainer
 
     is_main = run is None or run.rank == 0
