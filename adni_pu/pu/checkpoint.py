@@ -171,8 +171,9 @@ def restore(state: RunState, saved: dict[str, Any], make_teachers: Callable[[], 
 def save_selected(run: RunView, path: Path) -> None:
     """Write the selected model (``best_model.pt``)."""
     best = run.state.best
+    extra = {"normaliser": best["normaliser"]} if "normaliser" in best else {}
     atomic_torch_save({"state": best["state"], "config": cfgmod.to_dict(run.cfg),
-                       "epoch": best["epoch"], "candidate": best["candidate"]}, path)
+                       "epoch": best["epoch"], "candidate": best["candidate"], **extra}, path)
 
 
 def read_selected(path: Path) -> dict[str, Any]:

@@ -13,8 +13,8 @@ from adni_pu import config as cfgmod
 from adni_pu.config import bounded
 from adni_pu.errors import ConfigError
 
-Method = Literal["naive", "upu", "nnpu", "selfpu"]
-Criterion = Literal["pu_risk", "pu_zero_one", "pu_auc", "pn_accuracy"]
+Method = Literal["naive", "upu", "nnpu", "selfpu", "vpu"]
+Criterion = Literal["pu_risk", "pu_zero_one", "pu_auc", "variational", "pn_accuracy"]
 Selection = Literal["best_epoch", "final"]
 
 
@@ -121,6 +121,26 @@ class SelfPUConfig:
 
 
 @dataclass
+class VPUConfig:
+    """VPU (Chen et al., NeurIPS 2020): the variational PU loss, which needs no class prior,
+    and its MixUp regulariser; defaults are the paper's (alpha 0.3, weight 0.03)."""
+
+    # MixUp of every example of the training distribution with a labelled positive of the
+    # same batch, lambda ~ Beta(mix_alpha, mix_alpha), one lambda per batch.
+    mixup: bool = True
+    mix_alpha: float = bounded(0.3, gt=0)
+    # Weight of the MixUp regulariser (the paper's lambda).
+    mix_weight: float = bounded(0.03, ge=0)
+    # Decide positive where phi(x) / max phi over the training distribution > 1/2 (the
+    # paper's normalisation), folded into the selected model's output bias after training;
+    # False: phi(x) > 1/2.
+    normalise: bool = True
+
+    def __post_init__(self) -> None:
+        cfgmod.check_ranges(self)
+
+
+@dataclass
 class TrainConfig:
     """Everything one training run needs besides the data."""
 
@@ -131,6 +151,13 @@ class TrainConfig:
     batch_size: int = bounded(256, ge=2)
     lr: float = bounded(1e-3, gt=0)
     weight_decay: float = bounded(0.0, ge=0)
+    # Adam's (beta1, beta2); VPU's paper uses (0.5, 0.99).
+    adam_betas: tuple[float, float] = (0.9, 0.999)
+    # The learning rate over epochs: "cosine" annealing to 0 at the last epoch, or "step":
+    # multiplied by lr_step_factor every lr_step_epochs epochs (VPU's paper: halved every 20).
+    lr_schedule: Literal["cosine", "step"] = "cosine"
+    lr_step_epochs: int = bounded(20, ge=1)
+    lr_step_factor: float = bounded(0.5, gt=0, le=1)
     # Class prior used by the risks; None: the data's (PUData.prior).
     prior: float | None = bounded(None, gt=0, lt=1)
     # nnPU step rule (Kiryo et al. 2017: 0 <= beta, 0 <= gamma <= 1).
@@ -182,9 +209,12 @@ class TrainConfig:
     checkpoint_every: int = bounded(1, ge=1)
     progress: bool = True
     selfpu: SelfPUConfig = field(default_factory=SelfPUConfig)
+    vpu: VPUConfig = field(default_factory=VPUConfig)
 
     def __post_init__(self) -> None:
         cfgmod.check_ranges(self)
+        if len(self.adam_betas) != 2 or not all(0 <= b < 1 for b in self.adam_betas):
+            raise ConfigError(f"adam_betas={self.adam_betas}: expected two numbers in [0, 1)")
         if self.val_criterion == "pn_accuracy" and not self.pn_validation:
             raise ConfigError("val_criterion='pn_accuracy' needs pn_validation=true")
         n_pos = round(self.positive_share * self.batch_size)
@@ -208,6 +238,12 @@ TRAINING_PRESETS: dict[str, dict[str, Any]] = {
     "naive": {"method": "naive"},
     "upu": {"method": "upu"},
     "nnpu": {"method": "nnpu"},
+    # prior-free: chosen by the validation variational loss, as in the paper
+    "vpu": {"method": "vpu", "val_criterion": "variational"},
+    # and with the paper's optimiser (Adam at 3e-5, betas (0.5, 0.99), halved every 20 epochs)
+    "vpu-paper-optimiser": {"method": "vpu", "val_criterion": "variational", "lr": 3e-5,
+                            "adam_betas": [0.5, 0.99], "lr_schedule": "step",
+                            "lr_step_epochs": 20, "lr_step_factor": 0.5},
     "sp-fixed": _sp(labels="hard", schedule="fixed", reweight=False, **_ONE),
     "sp-no-replacement": _sp(labels="hard", replacement=False, reweight=False, **_ONE),
     "sp": _sp(labels="hard", reweight=False, **_ONE),
@@ -232,6 +268,9 @@ PRESET_DESCRIPTIONS: dict[str, str] = {
     "naive": "naive PN: unlabelled treated as negative",
     "upu": "uPU: unbiased PU risk",
     "nnpu": "nnPU: non-negative PU risk (Kiryo et al. 2017)",
+    "vpu": "VPU: variational PU loss with MixUp, no class prior (Chen et al. 2020)",
+    "vpu-paper-optimiser": "VPU with its paper's optimiser: Adam at 3e-5, betas (0.5, 0.99), "
+                           "the rate halved every 20 epochs",
     "sp-fixed": "L_SP, fixed size: trusted set of full size from the first selection",
     "sp-no-replacement": "L_SP without replacement: selected examples never leave",
     "sp": "L_SP: self-paced trusted set, hard labels, in-and-out",

@@ -17,6 +17,9 @@ The risk is defined once, over a batch's rows with 0/1 masks (:func:`masked_pu_r
 one network or a stack); :func:`pu_risk` takes separate vectors of logits and calls it.
 The numpy form for many rows of recorded logits, :func:`adni_pu.pu.selection.pu_risks`, is
 checked against it by the tests.
+
+VPU's loss, which needs no prior, is here too (:func:`variational_loss`,
+:func:`mixup_regulariser`).
 """
 
 from __future__ import annotations
@@ -182,3 +185,42 @@ def zero_one_pu_risk(logits_p: torch.Tensor, logits_u: torch.Tensor, prior: floa
     pos_as_neg = (logits_p > 0).float().mean() if logits_p.numel() else torch.tensor(0.0)
     u_as_pos = (logits_u > 0).float().mean() if logits_u.numel() else torch.tensor(0.0)
     return float(prior * pos_err + u_as_pos - prior * pos_as_neg)
+
+
+# ---------------------------------------------------------------------- VPU
+
+
+def variational_loss(logits: torch.Tensor, pos: torch.Tensor, marginal: torch.Tensor
+                     ) -> torch.Tensor:
+    """VPU's variational loss (Chen et al., NeurIPS 2020), one per network:
+
+        log E_X[phi(x)] - E_P[log phi(x)],   phi = sigmoid(g)
+
+    over the rows drawn from the training distribution (``marginal``) and the labelled
+    positives (``pos``), as 0/1 masks along the last axis. It needs no class prior; the
+    mean inside the log is a log-sum-exp of log phi (the term is zero where ``marginal``
+    holds no row)."""
+    log_phi = F.logsigmoid(logits)
+    n = marginal.sum(-1)
+    # the lowest finite number, not -inf: no NaN gradient where a mask holds no row
+    log_sum = torch.logsumexp(log_phi.masked_fill(marginal == 0, torch.finfo(log_phi.dtype).min),
+                              -1)
+    log_mean = torch.where(n > 0, log_sum - torch.log(n.clamp(min=1)), torch.zeros_like(n))
+    return log_mean - masked_mean(log_phi, pos)
+
+
+def mixup_regulariser(logits: torch.Tensor, mixed: torch.Tensor,
+                      lam: float | torch.Tensor, marginal: torch.Tensor) -> torch.Tensor:
+    """VPU's MixUp consistency, one per network: the mean over the ``marginal`` rows of
+
+        (log(lam phi(x) + (1 - lam)) - log phi(lam x + (1 - lam) x_p))^2
+
+    where ``mixed`` holds the logits of the mixed inputs (each row mixed with a labelled
+    positive x_p, whose target is 1) and ``lam`` is the batch's mixing weight (one per
+    network of a stack). The target keeps its gradient, as in the paper's code."""
+    if isinstance(lam, torch.Tensor) and lam.dim() > 0:
+        lam = lam.unsqueeze(-1)
+    lam_t = torch.as_tensor(lam, dtype=logits.dtype, device=logits.device)
+    log_target = torch.logaddexp(torch.log(lam_t) + F.logsigmoid(logits),
+                                 torch.log1p(-lam_t))
+    return masked_mean((log_target - F.logsigmoid(mixed)) ** 2, marginal)

@@ -12,6 +12,9 @@ mean teacher's logits and the self-calibration step (:func:`calibrator`).
 
 - :func:`step_loss`: which terms apply in which phase (the one dispatch);
 - :func:`baseline_loss`: naive PN, uPU or nnPU (the baselines, and Self-PU's warm-up);
+- :func:`vpu_loss`: VPU's variational loss and MixUp regulariser (no class prior); the
+  engine mixes the inputs (:func:`mix_inputs`, with the partners and weights the strategy
+  drew on the host) and passes the mixed rows' logits;
 - :func:`student_loss`: phases 2-3: cross entropy (or entropy) on the student's trusted
   set, the non-negative PU risk on the rest (U'), its unlabelled rows weighted by the
   self-calibration step where it runs, mixed by the trusted share of the batch;
@@ -42,7 +45,8 @@ examples; a stack pads shorter batches), "pos" (labelled, s = 1), "unl" (unlabel
 s = 0); for Self-PU from phase 2 on, per student, "trusted" (its trusted D_U rows), "rest"
 (U': D_U outside the trusted set), "outside" (every row outside it) and, with
 ``rest_risk = "band"``, "band_pos" (the labelled positives inside the trusted set's score
-band)."""
+band); for VPU "marginal" (the rows drawn from the training distribution: D_U under the
+case-control scheme, every row under censoring)."""
 Scalar = float | torch.Tensor
 """A number shared by every network, or one per network (M)."""
 Calibrate = Callable[[torch.Tensor, torch.Tensor], calibration.CalibrationWeights]
@@ -53,7 +57,8 @@ def step_loss(cfg: TrainConfig, phase: int, logits: torch.Tensor, s: torch.Tenso
               rows: Rows, *, prior: Scalar, prior_u: Scalar, prior_rest: Scalar,
               band_fraction: Scalar | None = None, targets: torch.Tensor | None = None,
               calibrate: Calibrate | None = None, other: torch.Tensor | None = None,
-              teacher: torch.Tensor | None = None, epoch: Scalar = 0.0
+              teacher: torch.Tensor | None = None, epoch: Scalar = 0.0,
+              mixed: torch.Tensor | None = None, lam: Scalar = 1.0
               ) -> tuple[torch.Tensor, Stats]:
     """Every network's loss on this batch in ``phase``, and its statistics.
 
@@ -65,8 +70,11 @@ def step_loss(cfg: TrainConfig, phase: int, logits: torch.Tensor, s: torch.Tenso
     "entropy"``); ``calibrate``: the meta step (None: no reweighting in this batch);
     ``other``: the other student's logits (None: no partner); ``teacher``: the mean
     teacher's logits (None: no teacher yet); ``epoch``: the epoch plus the fraction of it
-    done (a device tensor in a step replayed as a graph).
+    done (a device tensor in a step replayed as a graph); ``mixed`` and ``lam``: VPU's
+    mixed rows' logits and the batch's mixing weight (None: no MixUp).
     """
+    if cfg.method == "vpu":
+        return vpu_loss(cfg, logits, rows, mixed, lam)
     if cfg.method != "selfpu" or phase == 1:
         return baseline_loss(cfg.method, logits, s, rows, prior, prior_u, cfg.beta, cfg.gamma)
     sp = cfg.selfpu
@@ -92,6 +100,39 @@ def baseline_loss(method: str, logits: torch.Tensor, s: torch.Tensor, rows: Rows
     objective, fired = losses.nnpu_step_objective(risk, beta, gamma)
     return objective, {"loss": risk.non_negative.detach().double(),
                        "nn_correction": fired.double()}
+
+
+def vpu_loss(cfg: TrainConfig, logits: torch.Tensor, rows: Rows,
+             mixed: torch.Tensor | None, lam: Scalar) -> tuple[torch.Tensor, Stats]:
+    """VPU (Chen et al., NeurIPS 2020): the variational loss of the labelled ("pos") and
+    training-distribution ("marginal") rows, plus ``vpu.mix_weight`` times the MixUp
+    regulariser where ``mixed`` (the logits of the mixed rows) is given."""
+    var = losses.variational_loss(logits, rows["pos"], rows["marginal"])
+    loss, stats = var, {"variational": var.detach().double()}
+    if mixed is not None:
+        reg = losses.mixup_regulariser(logits, mixed, lam, rows["marginal"])
+        loss = var + cfg.vpu.mix_weight * reg
+        stats["mixup"] = reg.detach().double()
+    stats["loss"] = loss.detach().double()
+    return loss, stats
+
+
+def mix_inputs(x: Any, partner: torch.Tensor, lam: Scalar) -> Any:
+    """VPU's MixUp inputs: every row ``lam x + (1 - lam) x[partner]``, where ``partner``
+    holds each row's labelled positive as a row position of the batch (B, or M x B for a
+    stack's M x B x ... inputs) and ``lam`` the batch's weight (a number, or M). Inputs
+    may be a tensor or a mapping / sequence of tensors (one per branch of a model)."""
+    if isinstance(x, dict):
+        return {key: mix_inputs(v, partner, lam) for key, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(mix_inputs(v, partner, lam) for v in x)
+    if partner.dim() == 1:
+        other = x[partner]
+    else:
+        other = x[torch.arange(len(x), device=x.device)[:, None], partner]
+    if isinstance(lam, torch.Tensor) and lam.dim() > 0:
+        lam = lam.view(-1, *[1] * (x.dim() - 1)).to(x.dtype)
+    return lam * x + (1 - lam) * other
 
 
 def student_loss(logits: torch.Tensor, rows: Rows, sp: SelfPUConfig, prior_rest: Scalar,

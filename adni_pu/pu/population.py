@@ -159,6 +159,37 @@ class _Masks:
         return {name: mask[:, b] for name, mask in self.masks.items()}
 
 
+class _MixUp:
+    """VPU's MixUp draws of every run (:meth:`~adni_pu.pu.strategies.VPU.mixup`) per
+    network on the device: the weights (M x batches) and the partner positions (M x
+    batches x B; a padding row is its own partner)."""
+
+    def __init__(self, lam: torch.Tensor, partner: torch.Tensor) -> None:
+        self.lam, self.partner = lam, partner
+
+    @classmethod
+    def of(cls, trainers: Sequence[Trainer], plans: list[EpochPlan], width: int,
+           students: int, device: torch.device) -> _MixUp | None:
+        draws = [t.strategy.mixup(plan) for t, plan in zip(trainers, plans)]
+        if draws[0] is None:
+            return None
+        lam, partner = [], []
+        for plan, mix in zip(plans, draws):
+            assert mix is not None
+            rows = np.tile(np.arange(width), (len(plan.sizes), 1))
+            for b in range(len(plan.sizes)):
+                _, where = mix.batch(plan, b)
+                rows[b, :len(where)] = where
+            lam.append(mix.lam)
+            partner.append(rows)
+        return cls(torch.tensor(np.stack(lam), dtype=torch.float32,
+                                device=device).repeat_interleave(students, 0),
+                   torch.from_numpy(np.stack(partner)).to(device).repeat_interleave(students, 0))
+
+    def batch(self, b: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.lam[:, b].contiguous(), self.partner[:, b].contiguous()
+
+
 def _check_plans(plans: list[EpochPlan]) -> None:
     counts = sorted({len(p.sizes) for p in plans})
     if len(counts) > 1:
@@ -198,6 +229,7 @@ def train_epoch(trainers: Sequence[Trainer], epoch: int, deadline: float | None 
     _check_plans(plans)
     masks = _Masks(trainers, plans, phase, device)
     width = masks.width
+    mixes = _MixUp.of(trainers, plans, width, n_students, device)
     students = [st for t in trainers for st in t.students]
     stack = Stack([st.model for st in students]).train()
     members = [st.optimizer for st in students]
@@ -217,11 +249,15 @@ def train_epoch(trainers: Sequence[Trainer], epoch: int, deadline: float | None 
 
     def step(x: torch.Tensor, s: torch.Tensor, idx: torch.Tensor,
              rows: dict[str, torch.Tensor], meta: tuple[torch.Tensor, ...] | None,
-             at: torch.Tensor) -> Stats:
+             at: torch.Tensor, mix: tuple[torch.Tensor, torch.Tensor] | None) -> Stats:
         with lead.device_data.autocast():
             logits = stack(x, rows["valid"]).float()
+            mixed = None
+            if mix is not None:
+                mixed = stack(objective.mix_inputs(x, mix[1], mix[0]), rows["valid"]).float()
             loss, stats = ctx.loss(stack, logits, x, s, idx, rows, at, meta,
-                                   None if teachers is None else teachers.model)
+                                   None if teachers is None else teachers.model, mixed,
+                                   None if mix is None else mix[0])
         opt.zero_grad(set_to_none=True)
         loss.sum().backward()
         opt.step()
@@ -239,7 +275,8 @@ def train_epoch(trainers: Sequence[Trainer], epoch: int, deadline: float | None 
         stats = replay(per_network(xs, width, n_students),
                        per_network(ss, width, n_students).float(),
                        per_network(idxs, width, n_students),
-                       masks.batch(b), ctx.meta_batch([next(m) for m in metas]), progress[b])
+                       masks.batch(b), ctx.meta_batch([next(m) for m in metas]), progress[b],
+                       None if mixes is None else mixes.batch(b))
         if teachers is not None:
             teachers.steps += 1
         for key, value in stats.items():
@@ -318,13 +355,16 @@ class StepContext:
 
     def loss(self, stack: Stack, logits: torch.Tensor, x: torch.Tensor, s: torch.Tensor,
              idx: torch.Tensor, rows: dict[str, torch.Tensor], epoch: torch.Tensor,
-             meta: tuple[torch.Tensor, ...] | None, teachers: Stack | None
+             meta: tuple[torch.Tensor, ...] | None, teachers: Stack | None,
+             mixed: torch.Tensor | None = None, lam: torch.Tensor | None = None
              ) -> tuple[torch.Tensor, Stats]:
         """Every network's loss on this batch (M) and its statistics (M-vectors):
         :func:`adni_pu.pu.objective.step_loss` fed with the inputs that exist: the trusted
         targets, the meta step (with a validation batch), the other student of each run's
-        pair and the teachers' logits."""
+        pair, the teachers' logits, VPU's mixed rows' logits and weights."""
         inputs: dict[str, Any] = {}
+        if mixed is not None:
+            inputs.update(mixed=mixed, lam=lam)
         if self.targets is not None:
             inputs["targets"] = torch.gather(self.targets, 1, idx)
         if self.reweights and meta is not None:

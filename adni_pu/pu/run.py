@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict
 
 import numpy as np
 import torch
@@ -123,6 +123,7 @@ class Selected(TypedDict):
     epoch: int
     candidate: str
     state: dict[str, Any] | None
+    normaliser: NotRequired[float]  # VPU: max phi on the training split, folded into state
 
 
 class Finalists(TypedDict):

@@ -34,12 +34,15 @@ from adni_pu.pu import losses
 from adni_pu.pu.metrics import average_logits, binary_metrics, roc_auc
 from adni_pu.pu.run import Network, RunView, role_of
 
-LOWER_IS_BETTER = {"pu_risk": True, "pu_zero_one": True, "pu_auc": False, "pn_accuracy": False}
+LOWER_IS_BETTER = {"pu_risk": True, "pu_zero_one": True, "pu_auc": False, "variational": True,
+                   "pn_accuracy": False}
 
 
 def val_scores(logits: np.ndarray, val: PUSplit, scheme: str, prior: float, prior_u: float,
                pn_validation: bool = False) -> dict[str, float]:
-    """PU validation criteria (and the PN accuracy with ``pn_validation``) from logits."""
+    """PU validation criteria (and the PN accuracy with ``pn_validation``) from logits:
+    the PU risk (needs the prior), its zero-one form, the P-vs-U AUC and VPU's variational
+    loss (neither needs the prior)."""
     t = torch.from_numpy(logits)
     lab = torch.from_numpy(val.labelled)
     u = torch.from_numpy(val.unlabelled_indices(scheme))  # type: ignore[arg-type]
@@ -49,6 +52,9 @@ def val_scores(logits: np.ndarray, val: PUSplit, scheme: str, prior: float, prio
         "pu_zero_one": losses.zero_one_pu_risk(t[lab], t[u], prior),
         "pu_auc": roc_auc(np.concatenate([logits[val.labelled], logits[u.numpy()]]),
                           np.concatenate([np.ones(int(val.labelled.sum())), np.zeros(len(u))])),
+        # VPU's criterion, prior-free: every example of the split is drawn from its
+        # distribution under either scheme
+        "variational": float(losses.variational_loss(t, lab.float(), torch.ones_like(t))),
     }
     if pn_validation:
         out["pn_accuracy"] = binary_metrics(logits, val.truth)["accuracy"]

@@ -5,6 +5,9 @@ A strategy reads the run through :class:`~adni_pu.pu.run.RunView` (the settings,
 priors and device, and the students in its state); it never sees the trainer.
 
 - :class:`Baseline`: naive PN, uPU or nnPU, one model throughout.
+- :class:`VPU`: one model, the variational loss with MixUp (its partners and weights drawn
+  here, on the host, so both engines mix alike: :meth:`VPU.mixup`) and the normalised
+  decision rule folded into the selected model (:meth:`VPU.fit_end`).
 - :class:`SelfPU`: two students (one per rate), their schedule (:meth:`SelfPU.phase`),
   the self-paced trusted sets (:meth:`SelfPU.select`, phase 2), the self-calibration's
   validation batches and objective (:meth:`SelfPU.meta_objective`) and the mean teachers
@@ -18,6 +21,7 @@ sets as masks (:meth:`Baseline.layouts`) and what only the method knows
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -62,6 +66,21 @@ class Layout:
         return dict(zip(self.names, self.masks[:, k].unbind(0)))
 
 
+@dataclass(frozen=True)
+class MixPlan:
+    """VPU's MixUp draws of an epoch: each batch's weight lambda ~ Beta(alpha, alpha) and,
+    for every row of the epoch (``EpochPlan.order``), the row position within its batch of
+    the labelled positive it is mixed with (a batch without one: lambda 1, itself)."""
+
+    lam: np.ndarray  # batches
+    partner: np.ndarray  # rows end to end
+
+    def batch(self, plan: EpochPlan, b: int) -> tuple[float, np.ndarray]:
+        """Batch ``b``'s weight and partner positions."""
+        start = plan.starts[b]
+        return float(self.lam[b]), self.partner[start:start + plan.sizes[b]]
+
+
 @dataclass
 class Batch:
     """One training batch as the losses see it."""
@@ -73,6 +92,8 @@ class Batch:
     epoch: float  # epoch + fraction of the epoch done (for ramp-ups)
     phase: int
     meta: Meta | None = None
+    mixed: list[torch.Tensor] | None = None  # VPU: each student's logits of the mixed rows
+    lam: float = 1.0  # VPU: the batch's MixUp weight
 
 
 class Baseline:
@@ -89,7 +110,8 @@ class Baseline:
         return 0.0
 
     def make_students(self) -> list[Student]:
-        """The method's networks from the seed, each with Adam and a cosine schedule."""
+        """The method's networks from the seed, each with Adam and its learning-rate schedule
+        (``lr_schedule``)."""
         e, cfg, n = self.run, self.cfg, self.n_students
         torch.manual_seed(cfg.seed)
         students = []
@@ -97,8 +119,12 @@ class Baseline:
             model = e.model_factory().to(e.device)
             if cfg.channels_last:
                 model = channels_last(model)
-            opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-            sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=cfg.epochs)
+            opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
+                                   betas=tuple(cfg.adam_betas))
+            sched: torch.optim.lr_scheduler.LRScheduler = (
+                torch.optim.lr_scheduler.StepLR(opt, cfg.lr_step_epochs, cfg.lr_step_factor)
+                if cfg.lr_schedule == "step" else
+                torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=cfg.epochs))
             students.append(Student(student_name(k, n), model, opt, sched, self.rate(k),
                                     prior_rest=e.prior_u))
         return students
@@ -136,6 +162,10 @@ class Baseline:
         """Student ``k``'s own row sets over the epoch's rows (a baseline has none)."""
         return []
 
+    def mixup(self, plan: EpochPlan) -> MixPlan | None:
+        """The epoch's MixUp draws (VPU; None: no MixUp), after :meth:`training_start`."""
+        return None
+
     def layouts(self, plan: EpochPlan, phase: int) -> list[Layout]:
         """Each batch's row sets (:meth:`row_sets`) as masks on the device (one transfer)."""
         sets = self.row_sets(plan, phase)
@@ -166,6 +196,88 @@ class Baseline:
 
     def training_end(self) -> None:
         """After the epoch's training pass, before evaluation."""
+
+    def fit_end(self) -> None:
+        """After the last epoch, before the selected model is written."""
+
+
+class VPU(Baseline):
+    """VPU (Chen et al., NeurIPS 2020): one model, the variational loss (no class prior)
+    with MixUp; the decision rule phi(x) / max phi > 1/2 over the training distribution."""
+
+    def __init__(self, run: RunView) -> None:
+        super().__init__(run)
+        self.vp = run.cfg.vpu
+        self._epoch = 0
+
+    def training_start(self, epoch: int, phase: int) -> None:
+        self._epoch = epoch
+
+    def row_sets(self, plan: EpochPlan, phase: int) -> list[dict[str, np.ndarray]]:
+        """The common row sets plus "marginal": the rows drawn from the training
+        distribution (D_U under the case-control scheme, every row under censoring)."""
+        sets = super().row_sets(plan, phase)
+        name = "unl" if self.run.data.scheme == "case-control" else "valid"
+        return [{**rows, "marginal": rows[name]} for rows in sets]
+
+    def mixup(self, plan: EpochPlan) -> MixPlan | None:
+        """Each batch's lambda and every row's partner among the batch's labelled positives
+        (drawn with replacement), from the epoch's own stream (the seed, the epoch)."""
+        if not self.vp.mixup:
+            return None
+        rng = np.random.default_rng([self.cfg.seed, self._epoch, 0x5650])  # "VP"
+        lam = rng.beta(self.vp.mix_alpha, self.vp.mix_alpha, size=len(plan.sizes))
+        positive = self.run.entries.s[plan.order] == 1
+        partner = np.empty(len(plan.order), dtype=np.int64)
+        for b, (start, size) in enumerate(zip(plan.starts, plan.sizes)):
+            where = np.flatnonzero(positive[start:start + size])
+            if len(where) == 0:
+                lam[b] = 1.0
+                partner[start:start + size] = np.arange(size)
+            else:
+                partner[start:start + size] = rng.choice(where, size)
+        return MixPlan(lam, partner)
+
+    def loss_inputs(self, k: int, logits: list[torch.Tensor], batch: Batch,
+                    rows: objective.Rows) -> dict[str, Any]:
+        """The mixed rows' logits and the batch's weight, where the batch was mixed."""
+        if batch.mixed is None:
+            return {}
+        return {"mixed": batch.mixed[k], "lam": batch.lam}
+
+    def fit_end(self) -> None:
+        """With ``vpu.normalise``: the selected model decides phi(x) / m > 1/2, where m is
+        the largest phi over the training split (the training distribution's examples);
+        the shift -logit(m / 2) is added to its output bias, so that its logits decide at
+        0 wherever the model is used (``best["normaliser"]`` records m)."""
+        from adni_pu.pu.checkpoint import load_selected
+
+        best = self.run.state.best
+        if (not self.vp.normalise or best["state"] is None or "normaliser" in best
+                or "single" not in best["state"]):
+            return
+        e = self.run
+        model = load_selected(best["state"], e.model_factory, e.device)
+        m = float(sigmoid(e.predict_logits(model, e.data.train)).max())
+        shifted = shift_output_bias(best["state"]["single"], model,
+                                    -math.log((m / 2) / (1 - m / 2)))
+        e.state.best = {**best, "state": {"single": shifted}, "normaliser": m}
+        e.log(f"VPU: max phi over the training split {m:.4f}; decision threshold phi > "
+              f"{m / 2:.4f} folded into the selected model's output bias")
+
+
+def shift_output_bias(state: dict[str, torch.Tensor], model: nn.Module, shift: float
+                      ) -> dict[str, torch.Tensor]:
+    """``state`` (``model``'s state dict) with ``shift`` added to the bias of the model's
+    output layer, its last module, which must be a Linear with one output and a bias: the
+    logits move by ``shift`` and the scores keep their order."""
+    name, last = [(n, m) for n, m in model.named_modules()][-1]
+    if not isinstance(last, nn.Linear) or last.out_features != 1 or last.bias is None:
+        raise ConfigError(f"vpu.normalise: the model's last layer {name!r} is "
+                          f"{type(last).__name__}; expected a Linear with one output and a "
+                          "bias (or set vpu.normalise = false)")
+    key = f"{name}.bias"
+    return {**state, key: state[key] + shift}
 
 
 class SelfPU(Baseline):
@@ -419,4 +531,6 @@ class SelfPU(Baseline):
 
 def strategy_for(run: RunView) -> Baseline:
     """The strategy of ``run.cfg.method``."""
-    return SelfPU(run) if run.cfg.method == "selfpu" else Baseline(run)
+    if run.cfg.method == "selfpu":
+        return SelfPU(run)
+    return VPU(run) if run.cfg.method == "vpu" else Baseline(run)

@@ -30,9 +30,10 @@ import torch
 from torch import nn
 
 from adni_pu.data.pu import PUData, PUSplit
+from adni_pu.errors import ConfigError
 from adni_pu.models import build_model
 from adni_pu.progress import progress_bar
-from adni_pu.pu import checkpoint, selection
+from adni_pu.pu import checkpoint, objective, selection
 from adni_pu.pu.batching import Entries, EpochPlan, epoch_batches
 from adni_pu.pu.config import TrainConfig
 from adni_pu.pu.device_data import (
@@ -78,6 +79,10 @@ class Trainer:
         prior, prior_u = data.training_priors(config.prior)
         if distributed is not None:
             distributed.check_device(self.device)
+            if config.method == "vpu":  # two forwards per step through one DDP wrapper
+                raise ConfigError("method 'vpu' under torchrun: its MixUp needs a second "
+                                  "forward per step, which DDP does not sync; expected one "
+                                  "process (plain `adni-pu train`)")
         self.ddp: DistributedRun | None = distributed
         self.state = RunState()
         self.run = RunView(
@@ -159,6 +164,7 @@ class Trainer:
         for st in self.students:
             st.model.train()
         layouts = strategy.layouts(plan, phase)
+        mix = strategy.mixup(plan)
         values: dict[str, list[Any]] = {}
         batches = plan.batches
         progress = progress_bar(len(batches), f"epoch {epoch + 1}/{self.cfg.epochs}",
@@ -173,6 +179,12 @@ class Trainer:
                 else:
                     logits = [fwd(x).float() for fwd in self._train_forward]
             batch = Batch(x, s, idx, lay, epoch + b / len(batches), phase, meta)
+            if mix is not None:
+                batch.lam, partner = mix.batch(plan, b)
+                x_mix = objective.mix_inputs(
+                    x, torch.from_numpy(partner).to(self.device), batch.lam)
+                with self.device_data.autocast():
+                    batch.mixed = [fwd(x_mix).float() for fwd in self._train_forward]
             for k, st in enumerate(self.students):
                 with self.device_data.autocast():
                     loss, stats = strategy.loss(k, logits, batch)
@@ -256,6 +268,7 @@ class Trainer:
         """Tell the recorders how the fit ended (``paused``: at the deadline, between
         epochs) and return its result."""
         if complete:
+            self.strategy.fit_end()
             for recorder in self.recorders:
                 recorder.fit_end(self.run)
         else:

@@ -110,6 +110,7 @@ def evaluate_run(run_dir: str | Path, split: str = "test", manifest: str | Path 
         "n_hidden_positive_subjects": int(((subjects["pu_label"] == 0)
                                            & (subjects["truth"] == 1)).sum()),
     }
+    result["model_selection"] = run_selection(run_dir, cfg.train)
     result["nn_correction"] = run_nn_correction(run_dir)
     result["prior"] = info.get("prior")
     result["prior_estimate"] = info.get("prior_estimate")
@@ -153,6 +154,44 @@ def run_record(run_dir: Path) -> Any:
     return splits[["subject_id", "split"]]
 
 
+#: What each validation criterion measures, for the report's "Model selection" part.
+CRITERION_TEXT = {
+    "pu_risk": "the unbiased PU risk of the validation split (uses the class prior)",
+    "pu_zero_one": "the PU zero-one risk of the validation split (uses the class prior)",
+    "pu_auc": "the AUC of the validation split's labelled positives against its unlabelled "
+              "scans (needs no class prior; says nothing about the threshold)",
+    "variational": "the variational PU loss of the validation split (needs no class prior)",
+    "pn_accuracy": "the accuracy against the validation split's truth (pn_validation)",
+}
+
+
+def run_selection(run_dir: Path, train: Any) -> dict[str, Any]:
+    """Which rule and validation criterion chose the run's model, and what it chose:
+    ``RUN/selection.json`` where present, else the settings alone (``train``)."""
+    path = run_dir / "selection.json"
+    try:
+        saved = json.loads(path.read_text()) if path.is_file() else {}
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise VolumeRunError(f"{path}: not JSON ({err}); expected the trainer's record of "
+                             "the model selection") from None
+    return {"selection": saved.get("selection", train.selection),
+            "val_criterion": saved.get("val_criterion", train.val_criterion),
+            "epoch": saved.get("best_epoch"), "candidate": saved.get("best_candidate"),
+            "val_score": saved.get("val_score")}
+
+
+def selection_markdown(chosen: dict[str, Any]) -> list[str]:
+    """The report's "Model selection" part: the criterion that chose the model."""
+    crit = chosen["val_criterion"]
+    text = (f"Chosen on the validation split by `{crit}`"
+            + (f", {CRITERION_TEXT[crit]}" if crit in CRITERION_TEXT else "")
+            + f"; rule `{chosen['selection']}`")
+    if chosen.get("epoch") is not None:
+        text += (f": {chosen['candidate']} after epoch {chosen['epoch'] + 1} "
+                 f"(validation {crit} {chosen['val_score']:.4f})")
+    return ["## Model selection", "", text + ".", ""]
+
+
 def run_nn_correction(run_dir: Path) -> dict[str, Any] | None:
     """:func:`~adni_pu.pu.recorders.nn_correction_summary` of the run folder's metrics.csv
     (``{"recorded": False}`` when the run folder has no metrics.csv)."""
@@ -192,6 +231,9 @@ def prior_markdown(prior: dict[str, Any] | None, estimate: dict[str, Any] | None
     if not prior:
         return []
     text = f"Class prior used in training: {prior['prior']:.3f} ({prior['source']})."
+    if prior.get("read_by_method") is False:
+        text = (f"Class prior: not read by this method or its model selection; the PU data "
+                f"carry {prior['prior']:.3f} ({prior['source']}).")
     if estimate:
         truth = estimate.get("true_prior")
         text += (f" Estimated from the PU data alone ({estimate['method']}, 95 % CI "
@@ -227,6 +269,8 @@ def metrics_markdown(result: dict[str, Any]) -> str:
                      f"{format_ci(result['subject_level'][m])} |")
     lines += ["", "![ROC](roc.png)", ""]
     lines += prior_markdown(result.get("prior"), result.get("prior_estimate"))
+    if "model_selection" in result:
+        lines += selection_markdown(result["model_selection"])
     if "nn_correction" in result:
         lines += nn_correction_markdown(result["nn_correction"])
     return "\n".join(lines)

@@ -46,7 +46,7 @@ from adni_pu.workflows.results_format import (
     unpack_bits,
 )
 
-METHOD_ORDER = ("naive", "upu", "nnpu", "selfpu")
+METHOD_ORDER = ("naive", "upu", "nnpu", "selfpu", "vpu")
 DEFAULT_PAIRS: tuple[tuple[str, str], ...] = (("selfpu", "nnpu"), ("nnpu", "naive"))
 
 

@@ -51,6 +51,22 @@ def cohort_prior(manifest: Any) -> tuple[float, int, int]:
     return prior, int(len(known)), n_unknown
 
 
+#: Methods whose loss reads no class prior, and selection criteria that read none.
+PRIOR_FREE_METHODS = ("naive", "vpu")
+PRIOR_FREE_CRITERIA = ("pu_auc", "variational", "pn_accuracy")
+
+
+def reads_no_prior(cfg: VolumeTrainConfig) -> bool:
+    """Whether neither the run's loss nor its model selection reads the class prior (then a
+    cohort without truth trains with a placeholder prior, recorded as such)."""
+    return (cfg.train.method in PRIOR_FREE_METHODS
+            and cfg.train.val_criterion in PRIOR_FREE_CRITERIA)
+
+
+def _has_truth(manifest: Any) -> bool:
+    return bool(manifest.loc[manifest["split"] == "train", "truth"].notna().any())
+
+
 def find_preprocess_config(scans: list[Path]) -> Path | None:
     """The preprocess_config.toml of the preprocessing run that wrote these volumes (beside
     one of the first scans or up to four folders above it), or None."""
@@ -112,7 +128,15 @@ def build_pu_data(frame: Any, base: Path, cfg: VolumeTrainConfig) -> tuple[Any, 
             raise VolumeRunError(f"manifest has no {split!r} rows; splits found: "
                                  f"{sorted(present)}")
     prior_info: dict[str, Any] = {}
-    if cfg.prior == "cohort":
+    truth, labelled = split_arrays(frame, "train")
+    prior_free = reads_no_prior(cfg)
+    if cfg.prior == "cohort" and prior_free and not _has_truth(frame):
+        from adni_pu.workflows.prior import placeholder_prior
+
+        prior = placeholder_prior(cfg.scheme, int(labelled.sum()), len(labelled))
+        prior_info = {"prior": prior, "source": "placeholder (the cohort has no truth; the "
+                      "method and its model selection read no class prior)"}
+    elif cfg.prior == "cohort":
         prior, n_known, n_unknown = cohort_prior(frame)
         prior_info = {"prior": prior, "source": "cohort: positive fraction (by the truth) of the "
                       "training subjects with known truth", "subjects_with_truth": n_known,
@@ -120,10 +144,11 @@ def build_pu_data(frame: Any, base: Path, cfg: VolumeTrainConfig) -> tuple[Any, 
     else:
         prior = float(cfg.prior)
         prior_info = {"prior": prior, "source": "setting"}
+    if prior_free:
+        prior_info["read_by_method"] = False
     if not 0.0 < prior < 1.0:
         raise VolumeRunError(f"class prior {prior:.3f} from the cohort: expected a value in "
                              "(0, 1); set it with --set prior=...")
-    truth, labelled = split_arrays(frame, "train")
     truth_v, labelled_v = split_arrays(frame, "val")
     if cfg.scheme == "censoring":
         try:
