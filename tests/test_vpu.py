@@ -290,3 +290,31 @@ def test_the_papers_optimiser_preset_halves_the_rate_every_n_epochs():
     assert opt.param_groups[0]["betas"] == (0.5, 0.99)
     assert [row["lr"] for row in trainer.history] == pytest.approx(
         [3e-5, 3e-5, 1.5e-5, 1.5e-5, 7.5e-6])
+
+
+def test_vpu_on_augmented_images_in_both_engines():
+    """CIFAR-10's path: CNN-13 on images with random crops and flips, channels-last; the
+    MixUp mixes the augmented batch; the population's first epoch follows the runs alone
+    to 1 % (grouped and single convolutions round differently, and on 8-pixel noise images
+    Adam turns that into visible differences within an epoch; the MLP cases above agree to
+    1e-5)."""
+    from test_trainer_speed import _tiny_images
+
+    x, y = _tiny_images()
+    xt, yt = _tiny_images(64, seed=1)
+    datas = [make_pu_data(x, y, xt, yt, n_labelled=24, prior=0.4, val_fraction=0.25, seed=s)
+             for s in (0, 1)]
+    cfgs = [tiny_config(method="vpu", val_criterion="variational", model="cnn13",
+                        model_args={"image_size": 8, "width": 4}, batch_size=32, lr=1e-3,
+                        epochs=2, seed=s, augment="crop-flip", channels_last=True)
+            for s in (0, 1)]
+    alone = [Trainer(c, d) for c, d in zip(cfgs, datas)]
+    for t in alone:
+        t.fit()
+    together = [Trainer(c, d) for c, d in zip(cfgs, datas)]
+    fit_population(together)
+    for a, b in zip(alone, together):
+        for key in ("train/model/variational", "train/model/mixup", "val/model/variational"):
+            assert all(math.isfinite(row[key]) for row in a.history + b.history), key
+            assert b.history[0][key] == pytest.approx(a.history[0][key], rel=1e-2, abs=1e-3), key
+        assert 0 < b.best["normaliser"] <= 1
