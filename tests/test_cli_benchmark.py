@@ -44,7 +44,7 @@ def test_bad_method_is_refused(tmp_path):
     result = runner.invoke(app, ["benchmark", "mnist", "--method", "svm",
                                  "--out", str(tmp_path)])
     assert result.exit_code != 0
-    assert "expected naive, upu, nnpu or selfpu" in result.output
+    assert "expected naive, upu, nnpu, selfpu or vpu" in result.output
 
 
 def test_the_prior_is_set_once_and_recorded_as_trained(tmp_path, monkeypatch):

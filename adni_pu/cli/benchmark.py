@@ -10,13 +10,17 @@ from typing import Annotated, Any, Optional
 import typer
 
 from adni_pu.cli.common import Device, sets_option
+from adni_pu.workflows.prior import PRIOR_EPOCHS  # light: no torch at import
 
 bench_app = typer.Typer(help="Reproduce the paper's MNIST / CIFAR-10 PU benchmarks.",
                         no_args_is_help=True)
 
-Method = Annotated[str, typer.Option(help="naive, upu, nnpu or selfpu")]
+Method = Annotated[str, typer.Option(help="naive, upu, nnpu, selfpu or vpu")]
 # Exit status of a command that stopped at --time-limit with work left (EX_TEMPFAIL).
 EXIT_INCOMPLETE = 75
+
+# --prior-epochs' default (typer evaluates the annotations in this module's namespace)
+PRIOR_EPOCHS_TEXT = ", ".join(f"{name} {n}" for name, n in PRIOR_EPOCHS.items())
 
 Preset = Annotated[Optional[str], typer.Option(  # noqa: UP045 - typer needs Optional
     show_default="none: --method",
@@ -25,16 +29,19 @@ Preset = Annotated[Optional[str], typer.Option(  # noqa: UP045 - typer needs Opt
 
 def _run(dataset: str, method: str, preset: str | None, seeds: int, seed_offset: int,
          epochs: int | None, data_dir: Path, out: Path, config: Path | None, sets: list[str],
-         n_labelled: int, prior: float | None, scheme: str, val_fraction: float,
+         n_labelled: int, prior: float | str | None, scheme: str, val_fraction: float,
          results_json: Path | None, threads: int, device: str,
          train_limit: int | None = None, test_limit: int | None = None,
-         time_limit: float | None = None, population: int | None = None) -> None:
+         time_limit: float | None = None, population: int | None = None,
+         prior_epochs: int | None = None) -> None:
     from adni_pu.workflows.benchmark import BenchmarkSpec, run_benchmark
     from adni_pu.workflows.results_format import markdown_table
 
-    if method not in ("naive", "upu", "nnpu", "selfpu"):
-        raise typer.BadParameter(f"{method!r}: expected naive, upu, nnpu or selfpu",
+    if method not in ("naive", "upu", "nnpu", "selfpu", "vpu"):
+        raise typer.BadParameter(f"{method!r}: expected naive, upu, nnpu, selfpu or vpu",
                                  param_hint="--method")
+    if method == "vpu" and preset is None:  # with its own, prior-free selection
+        preset = "vpu"
     settings: dict[str, Any] = {"threads": threads, "device": device}
     if preset is None:
         settings["method"] = method
@@ -43,19 +50,33 @@ def _run(dataset: str, method: str, preset: str | None, seeds: int, seed_offset:
     spec = BenchmarkSpec(
         dataset=dataset, method=method, preset=preset,
         seeds=list(range(seed_offset, seed_offset + seeds)), data_dir=data_dir, out=out,
-        n_labelled=n_labelled, prior=prior, scheme=scheme, val_fraction=val_fraction,
-        config_file=config, settings=settings, overrides=list(sets),
-        train_limit=train_limit, test_limit=test_limit, time_limit=time_limit,
-        population=population,
+        n_labelled=n_labelled, prior=prior, prior_epochs=prior_epochs, scheme=scheme,
+        val_fraction=val_fraction, config_file=config, settings=settings,
+        overrides=list(sets), train_limit=train_limit, test_limit=test_limit,
+        time_limit=time_limit, population=population,
     )
     summary = run_benchmark(spec, results_json)
     if summary.get("status") == "incomplete":
+        estimate = summary.get("prior_estimate") or {"done": True}
+        stage = ("" if estimate["done"] else f" (prior estimate first: "
+                 f"{estimate['epochs_done']}/{estimate['epochs']} classifier epochs)")
         typer.echo(f"stopped at the time limit: seed {summary['current_seed']}, "
-                   f"{summary['epochs_done']}/{summary['epochs']} epochs done; run the same "
-                   f"command again to continue ({out / 'progress.json'})")
+                   f"{summary['epochs_done']}/{summary['epochs']} epochs done{stage}; run the "
+                   f"same command again to continue ({out / 'progress.json'})")
         raise typer.Exit(EXIT_INCOMPLETE)
     typer.echo(markdown_table(summary))
     typer.echo(f"results: {out / 'results.json'}")
+
+
+def _prior(text: str | None) -> float | str | None:
+    """``--prior``: a number, or the word ``estimate``."""
+    if text is None or text == "estimate":
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        raise typer.BadParameter(f"{text!r}: expected a number in (0, 1) or 'estimate'",
+                                 param_hint="--prior") from None
 
 
 def _command(dataset: str):  # noqa: ANN202 - typer reads the signature
@@ -74,9 +95,15 @@ def _command(dataset: str):  # noqa: ANN202 - typer reads the signature
             show_default="none", help="TOML settings file")] = None,
         set_: sets_option("selfpu.rates=[0.2,0.3]") = None,
         n_labelled: Annotated[int, typer.Option(help="labelled positives n_p")] = 1000,
-        prior: Annotated[Optional[float], typer.Option(  # noqa: UP045
+        prior: Annotated[Optional[str], typer.Option(  # noqa: UP045
             show_default="--set prior, else the paper's: 0.49 MNIST, 0.40 CIFAR-10",
-            help="class prior")] = None,
+            metavar="NUMBER|estimate",
+            help="class prior; 'estimate': estimate it per seed from the PU data alone (a "
+                 "naive P-vs-U classifier, best-bin estimation on the validation split) and "
+                 "train with the estimate")] = None,
+        prior_epochs: Annotated[Optional[int], typer.Option(  # noqa: UP045
+            show_default=PRIOR_EPOCHS_TEXT,
+            help="with --prior estimate: epochs of the P-vs-U classifier")] = None,
         scheme: Annotated[str, typer.Option(help="case-control or censoring")] = "case-control",
         val_fraction: Annotated[float, typer.Option(help="PU validation split size")] = 0.1,
         results_json: Annotated[Optional[Path], typer.Option(  # noqa: UP045
@@ -100,8 +127,8 @@ def _command(dataset: str):  # noqa: ANN202 - typer reads the signature
                  "seed's students")] = None,
     ) -> None:
         _run(dataset, method, preset, seeds, seed_offset, epochs, data_dir, out, config,
-             set_ or [], n_labelled, prior, scheme, val_fraction, results_json, threads, device,
-             train_limit, test_limit, time_limit, population)
+             set_ or [], n_labelled, _prior(prior), scheme, val_fraction, results_json,
+             threads, device, train_limit, test_limit, time_limit, population, prior_epochs)
 
     command.__doc__ = f"Train on {dataset} PU splits over several seeds; write results JSON."
     return command

@@ -31,6 +31,11 @@ def demo(
     seed: Annotated[int, typer.Option(help="seed of the cohort and the training")] = _DEMO.seed,
     workers: Annotated[int, typer.Option(help="preprocessing processes")] = _DEMO.workers,
     threads: Annotated[int, typer.Option(help="torch threads for training")] = _DEMO.threads,
+    prior: Annotated[str, typer.Option(
+        help="class prior of the PU methods per fold: cohort (the positive share of the "
+             "fold's training subjects with a truth) or estimate (from the fold's PU data "
+             "alone, as without amyloid PET; the report shows it beside the truth)")
+    ] = _DEMO.prior,
     set_: Sets = None,
 ) -> None:
     """Synthetic cohort -> preprocess -> cohort -> train Self-PU and baselines -> report."""
@@ -40,7 +45,7 @@ def demo(
                             epochs=epochs, methods=tuple(m.strip() for m in
                                                          methods.split(",") if m.strip()),
                             folds=folds, seed=seed, workers=workers, threads=threads,
-                            overrides=tuple(set_ or []))
+                            overrides=tuple(set_ or []), prior=prior)
     report = run_demo(settings, log=lambda m: typer.echo(m, err=True))
     typer.echo(f"report: {report}")
 

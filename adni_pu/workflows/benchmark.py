@@ -8,6 +8,13 @@ benchmark protocol's named presets (:func:`resolve_config`, ``adni-pu presets``)
 With a time limit the run works in pieces: it stops at an epoch boundary before the limit,
 leaves the checkpoint and ``progress.json`` (what is done, what is left) in the output folder,
 and the same command run again continues from there (see docs/training.md).
+
+With ``--prior estimate`` (``BenchmarkSpec.prior = "estimate"``) each seed first estimates
+the class prior from its PU data alone (:func:`adni_pu.workflows.prior.estimate_tensor_prior`:
+a naive P-vs-U classifier in ``seed<N>/prior_estimate/``, best-bin estimation on the
+validation split, the test split never read) and its risks train with the estimate; the PU
+data are still built as the protocol builds them, and the protocol's prior is recorded
+beside the estimate as the truth it is compared with.
 """
 
 from __future__ import annotations
@@ -46,7 +53,12 @@ class BenchmarkSpec:
     data_dir: Path = Path("data")
     out: Path = Path("runs/benchmark")
     n_labelled: int = 1000
-    prior: float | None = None
+    prior: float | str | None = None
+    """The class prior: a number, ``"estimate"`` (:data:`PRIOR_ESTIMATE`), or None for the
+    ``prior`` setting, else the paper's."""
+    prior_epochs: int | None = None
+    """With ``prior = "estimate"``: the P-vs-U classifier's epochs (None: the data set's
+    :data:`adni_pu.workflows.prior.PRIOR_EPOCHS`)."""
     scheme: str = "case-control"
     val_fraction: float = 0.1
     config_file: Path | None = None
@@ -66,6 +78,35 @@ class BenchmarkSpec:
     @property
     def label(self) -> str:
         return self.preset or self.method
+
+
+PRIOR_ESTIMATE = "estimate"
+"""``--prior estimate``: estimate each seed's class prior from its PU data."""
+
+
+def estimates_prior(spec: BenchmarkSpec) -> bool:
+    """Whether the seeds of ``spec`` train with an estimated class prior."""
+    return spec.prior == PRIOR_ESTIMATE
+
+
+def prior_epochs(spec: BenchmarkSpec) -> int:
+    """The P-vs-U classifier's epochs of a ``--prior estimate`` benchmark."""
+    from adni_pu.workflows.prior import PRIOR_EPOCHS
+
+    return spec.prior_epochs if spec.prior_epochs is not None else PRIOR_EPOCHS[spec.dataset]
+
+
+def check_prior_option(spec: BenchmarkSpec) -> None:
+    """Refuse a ``--prior`` that is neither a number nor ``estimate``, and ``--prior-epochs``
+    without ``--prior estimate`` or below 1 (before any work)."""
+    if isinstance(spec.prior, str) and spec.prior != PRIOR_ESTIMATE:
+        raise ConfigError(f"--prior {spec.prior!r}: expected a number in (0, 1) or "
+                          f"{PRIOR_ESTIMATE!r}")
+    if spec.prior_epochs is not None and not estimates_prior(spec):
+        raise ConfigError(f"--prior-epochs {spec.prior_epochs}: only with --prior "
+                          f"{PRIOR_ESTIMATE} (the epochs of its P-vs-U classifier)")
+    if spec.prior_epochs is not None and spec.prior_epochs < 1:
+        raise ConfigError(f"--prior-epochs {spec.prior_epochs}: expected at least 1")
 
 
 def protocol_presets(dataset: str, method: str | None) -> list[str]:
@@ -90,6 +131,10 @@ def resolve_config(spec: BenchmarkSpec, seed: int) -> Any:
         cfgmod.deep_update(defaults, layer)
     cfg = cfgmod.load(TrainConfig, spec.config_file, spec.overrides, defaults, spec.settings)
     cfg = dataclasses.replace(cfg, seed=seed)  # the seed of this run wins over any setting
+    if estimates_prior(spec) and cfg.prior is not None:
+        raise cfgmod.ConfigError(
+            f"--prior {PRIOR_ESTIMATE} and the setting prior = {cfg.prior} disagree; set the "
+            "class prior once")
     if spec.prior is not None and cfg.prior is not None and spec.prior != cfg.prior:
         raise cfgmod.ConfigError(
             f"--prior {spec.prior} and the setting prior = {cfg.prior} disagree; set the class "
@@ -101,9 +146,13 @@ def data_prior(spec: BenchmarkSpec, cfg: Any) -> float | None:
     """The class prior the PU data are built with and the risks use (None: the paper's).
 
     ``--prior`` and the ``prior`` setting (``--set prior=``, the file) name the same value,
-    so it is recorded once, in ``data.json`` and the results, and trained with.
+    so it is recorded once, in ``data.json`` and the results, and trained with. With
+    ``--prior estimate`` (no ``prior`` setting allowed) the data are built with the paper's
+    prior, the truth the estimate is compared with; the risks use the estimate
+    (:func:`with_estimated_prior`).
     """
-    return spec.prior if spec.prior is not None else cfg.prior
+    given = None if estimates_prior(spec) else spec.prior
+    return given if given is not None else cfg.prior  # type: ignore[return-value]
 
 
 def run_seed(spec: BenchmarkSpec, seed: int, cache_dir: Path | None = None,
@@ -118,9 +167,12 @@ def run_seed(spec: BenchmarkSpec, seed: int, cache_dir: Path | None = None,
     saved = saved_result(spec, seed)
     if saved is not None:
         return saved
-    trainer = seed_trainer(spec, seed, cache_dir)
-    fit = trainer.fit(deadline, finish_first_epoch)
-    return seed_result(spec, seed, trainer, fit) if fit.complete else None
+    prepared = prepare_seed(spec, seed, cache_dir, deadline, finish_first_epoch)
+    if prepared is None:  # the deadline stopped the prior estimate's classifier
+        return None
+    trainer, estimate, trained = prepared
+    fit = trainer.fit(deadline, finish_first_epoch and not trained)
+    return seed_result(spec, seed, trainer, fit, estimate=estimate) if fit.complete else None
 
 
 def run_population(spec: BenchmarkSpec, seeds: list[int], cache_dir: Path | None = None,
@@ -132,19 +184,40 @@ def run_population(spec: BenchmarkSpec, seeds: list[int], cache_dir: Path | None
 
     saved = {seed: saved_result(spec, seed) for seed in seeds}
     todo = [seed for seed in seeds if saved[seed] is None]
-    trainers = [seed_trainer(spec, seed, cache_dir) for seed in todo]
+    trainers, estimates = [], []
+    for seed in todo:  # prior estimates (if any) one seed at a time, before the stack
+        prepared = prepare_seed(spec, seed, cache_dir, deadline, finish_first_epoch)
+        if prepared is None:
+            return None
+        trainer, estimate, trained = prepared
+        finish_first_epoch = finish_first_epoch and not trained
+        trainers.append(trainer)
+        estimates.append(estimate)
     fits = fit_population(trainers, deadline, finish_first_epoch) if trainers else []
     if not all(fit.complete for fit in fits):
         return None
-    for seed, trainer, fit in zip(todo, trainers, fits):
-        saved[seed] = seed_result(spec, seed, trainer, fit, len(trainers))
+    for seed, trainer, fit, estimate in zip(todo, trainers, fits, estimates):
+        saved[seed] = seed_result(spec, seed, trainer, fit, len(trainers), estimate)
     return [saved[seed] for seed in seeds]  # type: ignore[misc]
 
 
 def saved_result(spec: BenchmarkSpec, seed: int) -> dict[str, Any] | None:
-    """The seed's result file when it was made with this seed's settings, else None."""
+    """The seed's result file when it was made with this seed's settings (with ``--prior
+    estimate``: trained with the estimate it records, made by this classifier), else None."""
     saved = read_seed_result(spec.out, seed)
-    if saved is not None and saved.get("config") == cfgmod.to_dict(resolve_config(spec, seed)):
+    if saved is None:
+        return None
+    cfg = resolve_config(spec, seed)
+    if estimates_prior(spec):
+        from adni_pu.workflows.prior import tensor_classifier_config
+
+        estimate = saved.get("prior_estimate") or {}
+        made_by = (estimate.get("classifier") or {}).get("config")
+        if "value" not in estimate or made_by != cfgmod.to_dict(
+                tensor_classifier_config(cfg, prior_epochs(spec))):
+            return None
+        cfg = dataclasses.replace(cfg, prior=estimate["value"])
+    if saved.get("config") == cfgmod.to_dict(cfg):
         print(f"seed {seed}: already done ({seed_result_path(spec.out, seed)})",
               file=sys.stderr)
         return saved
@@ -152,22 +225,64 @@ def saved_result(spec: BenchmarkSpec, seed: int) -> dict[str, Any] | None:
 
 
 def seed_trainer(spec: BenchmarkSpec, seed: int, cache_dir: Path | None = None) -> Any:
-    """The seed's :class:`~adni_pu.pu.trainer.Trainer` on its PU split, in its run folder."""
+    """The seed's :class:`~adni_pu.pu.trainer.Trainer` on its PU split, in its run folder
+    (with ``--prior estimate``: once the estimate is made, :func:`prepare_seed`)."""
+    prepared = prepare_seed(spec, seed, cache_dir)
+    assert prepared is not None  # no deadline: the estimate, if any, is made
+    return prepared[0]
+
+
+def seed_data(spec: BenchmarkSpec, seed: int, cfg: Any, cache_dir: Path | None = None) -> Any:
+    """The seed's PU data as the benchmark protocol builds them."""
     from adni_pu.data.benchmarks import load_benchmark
+
+    return load_benchmark(spec.dataset, spec.data_dir, spec.n_labelled, data_prior(spec, cfg),
+                          spec.scheme, spec.val_fraction, seed=seed, cache_dir=cache_dir,
+                          train_limit=spec.train_limit, test_limit=spec.test_limit)
+
+
+def prepare_seed(spec: BenchmarkSpec, seed: int, cache_dir: Path | None = None,
+                 deadline: float | None = None, finish_first_epoch: bool = True
+                 ) -> tuple[Any, dict[str, Any] | None, bool] | None:
+    """The seed's trainer, its prior estimate (None without ``--prior estimate``) and
+    whether this call trained epochs of the estimate's classifier; None when ``deadline``
+    stopped that classifier first (its run folder keeps the checkpoint)."""
     from adni_pu.pu.trainer import Trainer
 
     cfg = resolve_config(spec, seed)
-    data = load_benchmark(spec.dataset, spec.data_dir, spec.n_labelled, data_prior(spec, cfg),
-                          spec.scheme, spec.val_fraction, seed=seed, cache_dir=cache_dir,
-                          train_limit=spec.train_limit, test_limit=spec.test_limit)
-    return Trainer(cfg, data, spec.out / f"seed{seed}")
+    data = seed_data(spec, seed, cfg, cache_dir)
+    run_dir = spec.out / f"seed{seed}"
+    if not estimates_prior(spec):
+        return Trainer(cfg, data, run_dir), None, False
+    from adni_pu.workflows.prior import estimate_tensor_prior
+
+    truth = {"true_prior": data.prior, "true_prior_split": float(data.train.truth.mean())}
+    estimate, trained = estimate_tensor_prior(data, cfg, run_dir, prior_epochs(spec), truth,
+                                              deadline=deadline,
+                                              finish_first_epoch=finish_first_epoch)
+    if estimate is None:
+        return None
+    data, cfg = with_estimated_prior(data, cfg, estimate["value"])
+    return Trainer(cfg, data, run_dir), estimate, trained
+
+
+def with_estimated_prior(data: Any, cfg: Any, prior: float) -> tuple[Any, Any]:
+    """The data and settings that train with the estimated class prior ``prior``: the
+    risks' prior (``TrainConfig.prior`` and ``PUData.prior``, which the trainer checks
+    agree) is the estimate; ``data.info["prior"]`` keeps the prior the data were built
+    with, and ``prior_source`` says where the trained one came from."""
+    info = {**data.info, "prior_source": "estimate (prior_estimate.json)"}
+    return (dataclasses.replace(data, prior=prior, info=info),
+            dataclasses.replace(cfg, prior=prior))
 
 
 def seed_result(spec: BenchmarkSpec, seed: int, trainer: Any, fit: Any,
-                population: int | None = None) -> dict[str, Any]:
+                population: int | None = None, estimate: dict[str, Any] | None = None
+                ) -> dict[str, Any]:
     """Evaluate a finished seed on its test split and write its ``result.json``
     (``population``: the seeds it trained with at once in one stack, whose time its epochs
-    record; None: alone, with the ordinary engine)."""
+    record; None: alone, with the ordinary engine; ``estimate``: the prior estimate it
+    trained with, None for a given prior)."""
     cfg, test = trainer.cfg, trainer.data.test
     metrics, logits = trainer.evaluate_split(test)
     diag = [v for row in fit.history for k, v in row.items() if k.startswith("test_diagnostic/")]
@@ -187,6 +302,7 @@ def seed_result(spec: BenchmarkSpec, seed: int, trainer: Any, fit: Any,
         "population": population,
         "nn_correction_share": _nn_share(fit.history),
         "test_examples": test_examples(logits, test.truth),
+        "prior_estimate": estimate,
     }
     write_seed_result(spec.out, seed, result)
     return result
@@ -255,11 +371,15 @@ def run_benchmark(spec: BenchmarkSpec, results_json: Path | None = None,
 def interrupted_hint(spec: BenchmarkSpec) -> str:
     """What an interrupted benchmark keeps, and that the same command continues from it."""
     done = [s for s in spec.seeds if seed_result_path(spec.out, s).is_file()]
-    kept = [f"seed {s}: {seed_result_path(spec.out, s)}" for s in done] + [
-        f"seed {s}: the checkpoint of its last finished epoch "
-        f"({spec.out / f'seed{s}' / 'checkpoints' / 'last.pt'})"
-        for s in spec.seeds
-        if s not in done and (spec.out / f"seed{s}" / "checkpoints" / "last.pt").is_file()]
+    kept = [f"seed {s}: {seed_result_path(spec.out, s)}" for s in done]
+    for s in (s for s in spec.seeds if s not in done):
+        run = spec.out / f"seed{s}" / "checkpoints" / "last.pt"
+        classifier = spec.out / f"seed{s}" / "prior_estimate" / "checkpoints" / "last.pt"
+        if run.is_file():
+            kept.append(f"seed {s}: the checkpoint of its last finished epoch ({run})")
+        elif classifier.is_file():  # --prior estimate: the estimate's classifier comes first
+            kept.append(f"seed {s}: its prior estimate's classifier after its last finished "
+                        f"epoch ({classifier})")
     if not kept:
         return "no seed had finished an epoch, nothing is kept; run the same command again"
     return ("kept " + "; ".join(kept) + "; run the same command again to continue from "
@@ -278,6 +398,7 @@ def _run_benchmark(spec: BenchmarkSpec, results_json: Path | None,
         raise ConfigError("--seeds: expected at least 1 seed, found 0")
     if spec.population is not None and spec.population < 1:
         raise ConfigError(f"--population {spec.population}: expected at least 1")
+    check_prior_option(spec)
     fileio.check_out_dir(spec.out, "the benchmark's run folders")
     spec.out.mkdir(parents=True, exist_ok=True)
     cache = spec.out / ".cache"
@@ -315,16 +436,20 @@ def _run_benchmark(spec: BenchmarkSpec, results_json: Path | None,
 def _progress(spec: BenchmarkSpec, seed: int, done: list[int], command: str,
               seconds: float) -> dict[str, Any]:
     """What an interrupted command leaves: seeds done, the current seed's last epoch."""
-    import csv
-
-    rows = []
     metrics = spec.out / f"seed{seed}" / "metrics.csv"
-    if metrics.is_file():
-        with metrics.open(newline="") as handle:
-            rows = list(csv.DictReader(handle))
+    rows = _csv_rows(metrics)
     last = rows[-1] if rows else {}
     tests = [float(v) for row in rows for k, v in row.items()
              if k.startswith("test_diagnostic/") and v]
+    extra: dict[str, Any] = {}
+    if estimates_prior(spec):  # the seed's prior estimate comes first
+        from adni_pu.workflows.prior import ESTIMATE_DIR, RECORD_NAME
+
+        classifier = spec.out / f"seed{seed}" / ESTIMATE_DIR / "metrics.csv"
+        extra["prior_estimate"] = {
+            "done": (spec.out / f"seed{seed}" / RECORD_NAME).is_file(),
+            "epochs_done": len(_csv_rows(classifier)),
+            "epochs": prior_epochs(spec)}
     return {
         "status": "incomplete",
         "command": command,
@@ -339,4 +464,15 @@ def _progress(spec: BenchmarkSpec, seed: int, done: list[int], command: str,
                        if k in last},
         "test_accuracy_test_selected_so_far": max(tests) if tests else None,
         "metrics": str(metrics),
+        **extra,
     }
+
+
+def _csv_rows(path: Path) -> list[dict[str, str]]:
+    """The rows of a run folder's ``metrics.csv`` (none when it is not there yet)."""
+    import csv
+
+    if not path.is_file():
+        return []
+    with path.open(newline="") as handle:
+        return list(csv.DictReader(handle))

@@ -35,6 +35,7 @@ from adni_pu.errors import ConfigError, OutputError
 from adni_pu.locking import holding_output_lock
 from adni_pu.workflows.demo_policy import (
     demo_prior,
+    estimated_demo_prior,
     method_settings,
     pool_method,
     reference_scores,
@@ -66,6 +67,11 @@ class DemoSettings:
     bootstrap: int = 1000
     threads: int = 2
     overrides: tuple[str, ...] = ()
+    prior: str = "cohort"
+    """The class prior of each fold's PU methods: "cohort", the positive share of the fold's
+    training subjects with a truth; "estimate", estimated from the fold's PU data alone
+    (:func:`~adni_pu.workflows.demo_policy.estimated_demo_prior`), as a study without
+    amyloid PET must."""
     synth: dict[str, Any] = field(default_factory=lambda: {
         "voxel_size": 3.0, "visit_probabilities": [1.0, 0.0, 0.0], "write_brain_masks": False,
         # hippocampal volume AD vs CN about 21 % smaller (Cohen's d about 1.6) and almost no
@@ -103,6 +109,12 @@ class DemoSettings:
             else:
                 training.append(text)
         self.overrides = tuple(training)
+        if self.prior not in ("cohort", "estimate"):
+            raise ConfigError(f"prior: expected 'cohort' or 'estimate', found {self.prior!r}")
+        given = [t for t in training if cfgmod.parse_override(t)[0] in (["prior"],
+                                                                         ["train", "prior"])]
+        if self.prior == "estimate" and given:
+            raise ConfigError(f"--prior estimate and --set {given[0]}: set the class prior once")
         from adni_pu.synth.config import SynthConfig
 
         cfgmod.from_dict(SynthConfig, self.synth, where="demo synth settings")
@@ -389,22 +401,36 @@ def run_demo(settings: DemoSettings, log: Callable[[str], None] = print) -> Path
 
     tic = time.perf_counter()
     n_runs = settings.folds * len(settings.methods)
+    estimating = settings.prior == "estimate"  # one more (naive) run per fold
     log(f"[4/5] training {', '.join(settings.methods)} on {settings.folds} folds "
-        f"({n_runs} runs of {settings.epochs} epochs)")
-    progress = StageProgress(n_runs * settings.epochs, log, "epoch")
+        f"({n_runs} runs of {settings.epochs} epochs"
+        + (", after a prior estimate per fold)" if estimating else ")"))
+    progress = StageProgress((n_runs + settings.folds * estimating) * settings.epochs, log,
+                             "epoch")
+
+    def stage_log(where: str) -> Callable[[str], None]:
+        def fold_log(msg: str) -> None:
+            if msg.startswith("epoch "):
+                progress.step(f"({where}, {msg.removeprefix('epoch ')})")
+            else:
+                log(f"      {where}: {msg}")
+        return fold_log
+
     folds: dict[str, list[dict[str, Any]]] = {m: [] for m in settings.methods}
-    priors = []
+    priors, estimates = [], []
     for k, path in enumerate(fold_paths):
-        extra, prior_note, prior = demo_prior(read_manifest(path))
+        if estimating:
+            values = method_settings(settings.epochs, settings.seed, settings.threads,
+                                     out / "cache")
+            extra, prior_note, prior, record = estimated_demo_prior(
+                path, values, settings.overrides, out / "prior" / f"fold{k}",
+                stage_log(f"prior estimate fold {k + 1}/{settings.folds}"), settings.bootstrap)
+            estimates.append(record)
+        else:
+            extra, prior_note, prior = demo_prior(read_manifest(path))
         priors.append((prior, prior_note))
         for method in settings.methods:
-            def fold_log(msg: str, where: str = f"{method} fold {k + 1}/{settings.folds}"
-                         ) -> None:
-                if msg.startswith("epoch "):
-                    progress.step(f"({where}, {msg.removeprefix('epoch ')})")
-                else:
-                    log(f"      {where}: {msg}")
-
+            fold_log = stage_log(f"{method} fold {k + 1}/{settings.folds}")
             values = method_settings(settings.epochs, settings.seed, settings.threads,
                                      out / "cache", extra)
             folds[method].append(train_method(path, method, out / "runs" / method / f"fold{k}",
@@ -427,9 +453,12 @@ def run_demo(settings: DemoSettings, log: Callable[[str], None] = print) -> Path
     report = out / "report.md"
     fileio.atomic_write_text(report, render_report(
         settings=settings, results=results, references=references, times=times,
-        prep_note=prep_note, priors=priors, counts=counts.to_string(index=False)))
+        prep_note=prep_note, priors=priors, counts=counts.to_string(index=False),
+        prior_source=settings.prior))
     fileio.atomic_write_text(out / "demo.json", json.dumps(
         {"settings": cfgmod.to_dict(settings), "times_s": times, "results": results,
-         "references": references}, indent=2, default=str) + "\n")
+         "references": references,
+         **({"prior_estimates": estimates} if estimating else {})},
+        indent=2, default=str) + "\n")
     log(f"done in {times['total']:.0f} s")
     return report

@@ -8,7 +8,8 @@ functions the stages call, beside the cross-validation they use
   budget (a slim 3D CNN, Self-PU's phases scaled to the epochs); why these values:
   docs/training.md, "Demo";
 - :func:`demo_prior`: the class prior of a fold, from its cohort, raised above the labelled
-  fraction where a small cohort puts it at or below;
+  fraction where a small cohort puts it at or below; :func:`estimated_demo_prior` (``adni-pu
+  demo --prior estimate``): estimated from the fold's PU data alone instead;
 - :func:`reference_scores`: the reference lines on the same folds (a logistic regression on
   two measured volumes, the generator's true hippocampal loss);
 - :func:`pool_method`: one method's held-out predictions of all folds, pooled and scored.
@@ -17,6 +18,7 @@ functions the stages call, beside the cross-validation they use
 from __future__ import annotations
 
 import copy
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +65,34 @@ def demo_prior(manifest_frame: Any) -> tuple[dict[str, Any], str, float]:
     prior = min(labelled_fraction + 0.05, 0.95)
     return ({"prior": float(f"{prior:.4f}")}, f"{prior:.3f} (set: the cohort's value was not above "
             f"the labelled fraction {labelled_fraction:.3f} of the training scans)", prior)
+
+
+def estimated_demo_prior(manifest: Path, values: dict[str, Any], overrides: tuple[str, ...],
+                         out: Path, log: Any = None, n_bootstrap: int = 1000
+                         ) -> tuple[dict[str, Any], str, float, dict[str, Any]]:
+    """The class prior of a fold estimated from its PU data alone (``adni-pu prior`` on the
+    fold's manifest: a naive P-vs-U classifier on the demo budget, ``values`` and the
+    user's ``overrides``, in ``out``; best-bin estimation on the fold's validation split,
+    its interval from ``n_bootstrap`` resamples: the demo's, not the runs' ``bootstrap``,
+    which the demo sets to 0).
+
+    Returns (the settings to add, as values, a note for the report with the estimate, its
+    CI and the truth beside it, the prior, the estimate's record). Under the demo's
+    censoring scheme an estimate always exceeds the labelled fraction, so it is used as is.
+    """
+    from adni_pu.workflows.prior import estimate_manifest_prior
+    from adni_pu.workflows.volume_settings import load_volume_config
+
+    cfg = load_volume_config(None, list(overrides), preset="naive", values=values)
+    cfg = dataclasses.replace(cfg, bootstrap=max(n_bootstrap, 1))
+    record = estimate_manifest_prior(manifest, cfg, out, log=log)
+    value, truth = float(record["value"]), record.get("true_prior")
+    note = (f"{value:.3f} [95 % CI {record['ci_low']:.3f}, {record['ci_high']:.3f}] "
+            f"(estimated from the fold's PU data alone, {record['method']} on the "
+            f"{record['n_positive']} labelled and {record['n_unlabelled']} unlabelled scans of "
+            "its validation split; the truth of its training subjects gives "
+            + (f"{truth:.3f})" if truth is not None else "nothing to compare)"))
+    return {"prior": value}, note, value, record
 
 
 def method_settings(epochs: int, seed: int, threads: int, cache_dir: Path,

@@ -15,6 +15,14 @@ REFERENCE_NOTES = {
 }
 
 
+PRIOR_ESTIMATE_TEXT = (
+    "here it is estimated from each fold's PU data alone (`--prior estimate`, as a study "
+    "without amyloid PET must: a naive P-vs-U classifier on the fold's training split, "
+    "best-bin estimation on its validation split, the held-out subjects never read), with "
+    "its 95 % bootstrap interval and, for comparison only, the positive share of the fold's "
+    "training subjects with a truth")
+
+
 def _f(value: float | None) -> str:
     return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) \
         else f"{value:.3f}"
@@ -108,7 +116,9 @@ def explanation(settings: Any, results: dict[str, dict[str, Any]],
         f"({n_pos} positive), {n_all - n} without one (no amyloid PET and no diagnosis) left "
         "out. In each fold a validation split (a stratified fifth of the other subjects) "
         "chose the epoch and, for Self-PU, the student or teacher, by the PU risk on its "
-        f"labels; the held-out subjects decided nothing. With {n} subjects a 95 % CI of "
+        "labels" + ("; VPU's by its variational loss, which reads no prior"
+                    if "vpu" in results else "") +
+        f"; the held-out subjects decided nothing. With {n} subjects a 95 % CI of "
         f"the accuracy spans about +-{half:.2f}."
         + (" Reference lines of accuracy: calling everyone negative scores "
            f"{_f(metrics0['all_negative_accuracy']['value'])}, everyone positive "
@@ -191,8 +201,10 @@ def _coincidence_text(results: dict[str, dict[str, Any]]) -> str:
 
 def render_report(settings: Any, results: dict[str, dict[str, Any]],
                   references: dict[str, dict[str, Any]], times: dict[str, float],
-                  prep_note: str, priors: list[tuple[float, str]], counts: str) -> str:
-    """The whole ``report.md``."""
+                  prep_note: str, priors: list[tuple[float, str]], counts: str,
+                  prior_source: str = "cohort") -> str:
+    """The whole ``report.md`` (``prior_source``: "cohort" or "estimate", where the PU
+    methods' class prior came from)."""
     from adni_pu.pu.metrics import TABLE_METRICS, metric_label
 
     order = [m for m in TABLE_METRICS
@@ -229,12 +241,13 @@ def render_report(settings: Any, results: dict[str, dict[str, Any]],
     for para in explanation(settings, results, references):
         lines += [para, ""]
     prior_lines = [f"fold {k + 1}: {note}" for k, (_, note) in enumerate(priors)]
+    source = (PRIOR_ESTIMATE_TEXT if prior_source == "estimate" else
+              "here it is the positive share of the fold's training subjects with a truth (in "
+              "a study of your own, a published prevalence or a PET subsample gives it)")
     lines += ["## Cohort", "", f"Preprocessing: {prep_note}.", "",
               "Class prior given to uPU, nnPU and Self-PU per fold: " + "; ".join(prior_lines)
-              + ". PU risks need the prior of the positive class; here it is the positive "
-              "share of the fold's training subjects with a truth (in a study of your own, "
-              "a published prevalence or a PET subsample gives it). Naive training uses no "
-              "prior.", "",
+              + f". PU risks need the prior of the positive class; {source}. Naive training "
+              "uses no prior.", "",
               "Subjects of fold 1 (the other folds are alike; `all` is the whole cohort):", "",
               "```\n" + counts + "\n```", "",
               "Manifests: `cohort/folds/fold<k>/manifest.csv`; labels and the cohort report: "
@@ -249,5 +262,9 @@ def render_report(settings: Any, results: dict[str, dict[str, Any]],
               "- `runs/<method>/fold<k>/`: run folders (training curves `curves.png`, "
               "`metrics.csv`, `evaluation/test/predictions_subjects.csv`)",
               "- `demo.json`: settings, times, every method's per-fold records and pooled "
-              "predictions", ""]
+              "predictions"]
+    if prior_source == "estimate":
+        lines.append("- `prior/fold<k>/`: each fold's prior estimate (`prior_estimate.json`) "
+                     "and its P-vs-U classifier's run folder")
+    lines.append("")
     return "\n".join(lines)

@@ -11,8 +11,10 @@ Two files, both JSON:
   the seeds of one method or preset: ``settings`` (``method`` names the label under
   ``results``), ``results`` (each measure as mean, sample std and count over the seeds, in
   percent), ``per_seed`` (:data:`PER_SEED_FIELDS` of each seed's record), and the command,
-  date, machine and package versions that made it. :func:`read_results_file` reads one
-  back for :mod:`adni_pu.workflows.results_table`.
+  date, machine and package versions that made it. Seeds trained with estimated class
+  priors (``--prior estimate``) add ``prior_estimate`` (:func:`estimate_summary`: each
+  seed's estimate beside the true prior) and label the row ``<method>+estimated-prior``.
+  :func:`read_results_file` reads one back for :mod:`adni_pu.workflows.results_table`.
 
 Per-example test results are bit-packed (:func:`pack_bits`), so a committed results file
 stays small while tables can still bootstrap over test examples.
@@ -42,14 +44,14 @@ SEED_FIELDS: tuple[str, ...] = (
     "val_score", "test", "test_accuracy_test_selected", "finalist_choice_diagnostic",
     "finalists_val_score_diagnostic", "test_accuracy_finalists_diagnostic",
     "test_accuracy_final_rule_diagnostic", "seconds_per_epoch", "population",
-    "nn_correction_share", "test_examples")
+    "nn_correction_share", "test_examples", "prior_estimate")
 #: The fields of each seed's record that a results file keeps under ``per_seed``.
 PER_SEED_FIELDS: tuple[str, ...] = (
     "seed", "selected_epoch", "selected_model", "val_score", "test",
     "test_accuracy_test_selected", "finalist_choice_diagnostic",
     "finalists_val_score_diagnostic", "test_accuracy_finalists_diagnostic",
     "test_accuracy_final_rule_diagnostic", "seconds_per_epoch", "population",
-    "nn_correction_share", "test_examples")
+    "nn_correction_share", "test_examples", "prior_estimate")
 #: The per-seed field with the test accuracy of the finalist validation chose after the
 #: last epoch (the final-model rule's number from a run kept by another rule).
 FINAL_RULE_KEY = "test_accuracy_final_rule_diagnostic"
@@ -58,6 +60,14 @@ RESULTS_FIELDS: tuple[str, ...] = ("settings", "per_seed", "results")
 #: The schedule and PU-data settings of ``settings`` (:func:`schedule`, :func:`data_settings`).
 SCHEDULE_KEYS = ("epochs", "warmup_epochs", "self_paced_end")
 DATA_KEYS = ("n_labelled", "scheme", "prior", "val_fraction", "train_limit", "test_limit")
+#: The label suffix of a row trained with estimated class priors (``--prior estimate``):
+#: its own row beside the row trained with the protocol's prior, on the same PU data.
+ESTIMATED_PRIOR_SUFFIX = "+estimated-prior"
+#: The fields of a seed's prior estimate that a results file keeps (not the classifier's
+#: settings, which the seed's result.json holds).
+ESTIMATE_FIELDS = ("value", "ci_low", "ci_high", "method", "alpha", "n_positive",
+                   "n_unlabelled", "n_bootstrap", "scheme", "split", "true_prior",
+                   "true_prior_split")
 
 
 class ResultsError(AdniPuError, ValueError):
@@ -154,6 +164,13 @@ def aggregate(spec: Any, results: list[dict[str, Any]], command: str) -> dict[st
         "finalist_choices_diagnostic": [r.get("finalist_choice_diagnostic") for r in results],
     }
     first = results[0]["config"]
+    estimates = [(r["seed"], r.get("prior_estimate")) for r in results]
+    estimated = [(seed, e) for seed, e in estimates if e is not None]
+    if estimated and len(estimated) != len(results):
+        raise ResultsError(f"seeds {[s for s, e in estimates if e is None]} trained with a "
+                           f"given class prior, seeds {[s for s, _ in estimated]} with an "
+                           "estimated one: expected one kind in one results file")
+    label = spec.label + (ESTIMATED_PRIOR_SUFFIX if estimated else "")
     data_name = DATA_NAMES[spec.dataset]
     if spec.dataset == "cifar10" and "jpeg" in str(spec.data_dir).lower():
         data_name = "CIFAR-10 (JPEG q75 copy)"
@@ -165,7 +182,7 @@ def aggregate(spec: Any, results: list[dict[str, Any]], command: str) -> dict[st
         "data": data_name,
         "accuracy_unit": "percent",
         "settings": {
-            "method": spec.label, "n_labelled": spec.n_labelled, "scheme": spec.scheme,
+            "method": label, "n_labelled": spec.n_labelled, "scheme": spec.scheme,
             "prior": results[0]["data"]["prior"], "val_fraction": spec.val_fraction,
             "seeds": [r["seed"] for r in results], "epochs": first["epochs"],
             "train_limit": spec.train_limit, "test_limit": spec.test_limit,
@@ -174,11 +191,66 @@ def aggregate(spec: Any, results: list[dict[str, Any]], command: str) -> dict[st
             "val_criterion": first["val_criterion"], "pn_validation": first["pn_validation"],
             "selection": first.get("selection", "best_epoch"),
             "selfpu": first["selfpu"] if first["method"] == "selfpu" else None,
+            # the data were built with "prior"; the risks trained with each seed's estimate
+            **({"prior_source": "estimate"} if estimated else {}),
         },
         "versions": package_versions(),
-        "results": {spec.label: method},
-        "per_seed": [{k: r.get(k) for k in PER_SEED_FIELDS} for r in results],
+        "results": {label: method},
+        "per_seed": [{k: _kept(k, r.get(k)) for k in PER_SEED_FIELDS} for r in results],
+        **({"prior_estimate": estimate_summary(estimated)} if estimated else {}),
     }
+
+
+def _kept(key: str, value: Any) -> Any:
+    """A per-seed field as a results file keeps it (a prior estimate without the
+    classifier's settings)."""
+    if key != "prior_estimate" or value is None:
+        return value
+    kept = {k: value[k] for k in ESTIMATE_FIELDS if k in value}
+    classifier = value.get("classifier") or {}
+    kept["classifier"] = {k: classifier[k] for k in ("epochs", "selected_epoch", "val_pu_auc")
+                          if k in classifier}
+    return kept
+
+
+def estimate_summary(estimates: list[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
+    """Prior estimates of several seeds beside the true prior: per seed the estimate, its
+    CI, the true prior, the absolute error and whether the CI covers the true prior; over
+    the seeds the estimate's and the absolute error's mean (std) and the CI coverage.
+    ``estimates``: (seed, record of :func:`adni_pu.workflows.prior.estimate_with_classifier`
+    with ``true_prior``)."""
+    rows = []
+    for seed, e in estimates:
+        truth = e.get("true_prior")
+        known = truth is not None
+        rows.append({"seed": seed, "value": e["value"], "ci_low": e["ci_low"],
+                     "ci_high": e["ci_high"], "true_prior": truth,
+                     "abs_error": abs(e["value"] - truth) if known else None,
+                     "ci_covers_true_prior": (e["ci_low"] <= truth <= e["ci_high"]
+                                              if known else None)})
+    covered = [r["ci_covers_true_prior"] for r in rows if r["true_prior"] is not None]
+    first = estimates[0][1]
+    return {"method": first["method"], "split": first.get("split"),
+            "classifier_epochs": (first.get("classifier") or {}).get("epochs"),
+            "per_seed": rows, "value": summarise([r["value"] for r in rows]),
+            "abs_error": summarise([r["abs_error"] for r in rows]),
+            "ci_coverage": {"covered": sum(covered), "n": len(covered)}}
+
+
+def estimate_markdown(summary: dict[str, Any]) -> str:
+    """A table of :func:`estimate_summary`: per seed the estimate, CI, true prior and
+    absolute error, then the mean (std) absolute error and the CI coverage."""
+    lines = ["| seed | estimate | 95 % CI | true prior | abs error |", "|---|---|---|---|---|"]
+    for r in summary["per_seed"]:
+        truth = "n/a" if r["true_prior"] is None else f"{r['true_prior']:.3f}"
+        error = "n/a" if r["abs_error"] is None else f"{r['abs_error']:.3f}"
+        lines.append(f"| {r['seed']} | {r['value']:.3f} | [{r['ci_low']:.3f}, "
+                     f"{r['ci_high']:.3f}] | {truth} | {error} |")
+    cover = summary["ci_coverage"]
+    lines += ["", f"Estimate {mean_std(summary['value'], 3)}; absolute error "
+              f"{mean_std(summary['abs_error'], 3)} (mean (std) over seeds); the 95 % CI "
+              f"covers the true prior in {cover['covered']} of {cover['n']} seeds."]
+    return "\n".join(lines) + "\n"
 
 
 def markdown_table(summary: dict[str, Any]) -> str:
@@ -194,6 +266,13 @@ def markdown_table(summary: dict[str, Any]) -> str:
         lines.append(f"| {name} | {fmt(r['test_accuracy'])} | "
                      f"{fmt(r.get('test_accuracy_final_rule_diagnostic'))} | "
                      f"{fmt(r['test_accuracy_test_selected'])} | {fmt(r['test_auc'])} | {secs} |")
+    estimate = summary.get("prior_estimate")
+    if estimate:
+        lines += ["", f"Class prior estimated per seed from the PU data alone "
+                  f"({estimate['method']} on the {estimate['split']} split, P-vs-U classifier "
+                  f"of {estimate['classifier_epochs']} epochs); the risks trained with the "
+                  "estimate, the PU data were built with the true prior:", "",
+                  estimate_markdown(estimate).rstrip("\n")]
     return "\n".join(lines) + "\n"
 
 
