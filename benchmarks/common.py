@@ -250,13 +250,14 @@ def add_run_options(parser: argparse.ArgumentParser, methods: tuple[str, ...], w
 
 
 def train_on_split(args: argparse.Namespace, log: Callable[[str], None] = lambda m: None,
-                   **fractions: float) -> dict[str, Any]:
+                   preset: str | None = None, **fractions: float) -> dict[str, Any]:
     """Train ``args.method`` on seed ``args.seed``'s subject-level split of the cohort
     prepared in ``args.work`` (test and validation ``fractions`` as
     :func:`~adni_pu.workflows.demo.cohort_stage` takes them), with the demo's settings and
-    ``args.set``, and score the held-out subjects once. Returns the cohort, the prepared
-    record (``info``), the prior and its note, the settings, the run's record and its
-    pooled metrics."""
+    ``args.set``, and score the held-out subjects once. ``preset``: the training preset
+    when it is not the method's name (the run folder keeps the method's name). Returns the
+    cohort, the prepared record (``info``), the prior and its note, the settings, the run
+    folder, the run's record and its pooled metrics."""
     import pandas as pd
     import torch
 
@@ -272,7 +273,8 @@ def train_on_split(args: argparse.Namespace, log: Callable[[str], None] = lambda
     extra, prior_note, prior = demo_prior(cohort.manifest)
     settings = method_settings(args.epochs, args.seed, args.threads, work / "cache", extra)
     run_dir = work / "runs" / f"{args.method}-seed{args.seed}"
-    record = train_method(manifest, args.method, run_dir, settings, log, overrides=args.set)
+    record = train_method(manifest, preset or args.method, run_dir, settings, log,
+                          overrides=args.set)
     # the per-subject test predictions stay in the record, so that tables can pair methods
     # over subjects and seeds
     pooled = pooled_metrics(pd.DataFrame(record["predictions"]), n_boot=1000)
