@@ -32,7 +32,7 @@ fi
 # The cohort is regenerated from its seed: its fingerprint shows it equals the CPU pieces'.
 md5sum "$WORK/synth/truth.csv" | tee "$LOGS/truth-md5.txt"
 piece() {
-  local job=$1 method=${1%-*} seed=${1#*-} left
+  local job=$1 method=${1%-*} seed=${1##*-} left
   [ -f "$RESULTS/$method-seed$seed.json" ] && return 0
   left=$((STOP - $(date +%s)))
   if [ "$left" -lt 60 ]; then echo "not started (budget): $job"; return 0; fi
