@@ -178,6 +178,8 @@ def test_benchmark_command_selects_and_records_pu_auc(tmp_path, monkeypatch, scr
     assert result.exit_code == 0, result.output
     results = json.loads((out / "results.json").read_text())
     assert results["settings"]["val_criterion"] == "pu_auc"
+    assert ("Model selected on the validation split by `pu_auc`, the AUC of the validation "
+            "split's labelled positives") in (out / "results.md").read_text()
     for seed in (0, 1):
         record = json.loads((out / f"seed{seed}" / "result.json").read_text())
         assert record["val_criterion"] == "pu_auc" and record["population"] == population
@@ -212,7 +214,7 @@ def test_train_command_on_volumes_selects_by_pu_auc_and_evaluate_says_so(volume_
     report = (run / "evaluation" / "test" / "report.md").read_text()
     assert "## Model selection" in report
     assert ("by `pu_auc`, the AUC of the validation split's labelled positives against its "
-            "unlabelled scans (needs no class prior") in report
+            "unlabelled examples (needs no class prior") in report
     assert f"after epoch {PICKED_BY_AUC + 1} (validation pu_auc 0.9000)" in report
     metrics = json.loads((run / "evaluation" / "test" / "metrics.json").read_text())
     assert metrics["model_selection"]["val_criterion"] == "pu_auc"

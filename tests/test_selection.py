@@ -269,6 +269,8 @@ def test_benchmark_result_carries_the_finalists_diagnostics(tmp_path, monkeypatc
     assert np.isfinite(summary["results"]["selfpu-swa"]["test_accuracy"]["mean"])
     table = markdown_table(summary)
     assert "final-rule % (diagnostic)" in table
+    assert (f"Model selected on the validation split by `{summary['settings']['val_criterion']}`"
+            in table and f"rule `{summary['settings']['selection']}`." in table)
     assert f"{100 * result['test_accuracy_final_rule_diagnostic']:.2f} (one seed)" in table
 
 

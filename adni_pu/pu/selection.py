@@ -37,6 +37,24 @@ from adni_pu.pu.run import Network, RunView, role_of
 LOWER_IS_BETTER = {"pu_risk": True, "pu_zero_one": True, "pu_auc": False, "variational": True,
                    "pn_accuracy": False}
 
+#: What each validation criterion measures, in reports.
+CRITERION_TEXT = {
+    "pu_risk": "the unbiased PU risk of the validation split (uses the class prior)",
+    "pu_zero_one": "the PU zero-one risk of the validation split (uses the class prior)",
+    "pu_auc": "the AUC of the validation split's labelled positives against its unlabelled "
+              "examples (needs no class prior; says nothing about the threshold)",
+    "variational": "the variational PU loss of the validation split (needs no class prior)",
+    "pn_accuracy": "the accuracy against the validation split's truth (pn_validation)",
+}
+
+
+def criterion_sentence(criterion: str, selection: str) -> str:
+    """"on the validation split by `C`, what C measures; rule `R`": how a model was chosen,
+    for reports and results tables."""
+    what = CRITERION_TEXT.get(criterion)
+    return (f"on the validation split by `{criterion}`" + (f", {what}" if what else "")
+            + f"; rule `{selection}`")
+
 
 def val_scores(logits: np.ndarray, val: PUSplit, scheme: str, prior: float, prior_u: float,
                pn_validation: bool = False) -> dict[str, float]:

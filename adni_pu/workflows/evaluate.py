@@ -154,17 +154,6 @@ def run_record(run_dir: Path) -> Any:
     return splits[["subject_id", "split"]]
 
 
-#: What each validation criterion measures, for the report's "Model selection" part.
-CRITERION_TEXT = {
-    "pu_risk": "the unbiased PU risk of the validation split (uses the class prior)",
-    "pu_zero_one": "the PU zero-one risk of the validation split (uses the class prior)",
-    "pu_auc": "the AUC of the validation split's labelled positives against its unlabelled "
-              "scans (needs no class prior; says nothing about the threshold)",
-    "variational": "the variational PU loss of the validation split (needs no class prior)",
-    "pn_accuracy": "the accuracy against the validation split's truth (pn_validation)",
-}
-
-
 def run_selection(run_dir: Path, train: Any) -> dict[str, Any]:
     """Which rule and validation criterion chose the run's model, and what it chose:
     ``RUN/selection.json`` where present, else the settings alone (``train``)."""
@@ -182,10 +171,10 @@ def run_selection(run_dir: Path, train: Any) -> dict[str, Any]:
 
 def selection_markdown(chosen: dict[str, Any]) -> list[str]:
     """The report's "Model selection" part: the criterion that chose the model."""
+    from adni_pu.pu.selection import criterion_sentence
+
     crit = chosen["val_criterion"]
-    text = (f"Chosen on the validation split by `{crit}`"
-            + (f", {CRITERION_TEXT[crit]}" if crit in CRITERION_TEXT else "")
-            + f"; rule `{chosen['selection']}`")
+    text = "Chosen " + criterion_sentence(crit, chosen["selection"])
     if chosen.get("epoch") is not None:
         text += (f": {chosen['candidate']} after epoch {chosen['epoch'] + 1} "
                  f"(validation {crit} {chosen['val_score']:.4f})")

@@ -256,7 +256,7 @@ def estimate_markdown(summary: dict[str, Any]) -> str:
 def markdown_table(summary: dict[str, Any]) -> str:
     """A one-row-per-method table of a results file: honest accuracy, the test accuracy of
     the finalist validation chooses after the last epoch and the test-selected accuracy
-    (both diagnostics), AUC, s/epoch."""
+    (both diagnostics), AUC, s/epoch; then the criterion and rule that selected the models."""
     lines = ["| method | test accuracy % (val-selected) | final-rule % (diagnostic) | "
              "test-selected % (diagnostic) | AUC % | s/epoch by phase |",
              "|---|---|---|---|---|---|"]
@@ -266,6 +266,14 @@ def markdown_table(summary: dict[str, Any]) -> str:
         lines.append(f"| {name} | {fmt(r['test_accuracy'])} | "
                      f"{fmt(r.get('test_accuracy_final_rule_diagnostic'))} | "
                      f"{fmt(r['test_accuracy_test_selected'])} | {fmt(r['test_auc'])} | {secs} |")
+    settings = summary.get("settings", {})
+    if settings.get("val_criterion"):
+        from adni_pu.pu.selection import criterion_sentence
+
+        lines += ["", "Model selected " + criterion_sentence(
+            settings["val_criterion"], settings.get("selection", "best_epoch"))
+            + (" (validation labels are the truth: pn_validation)"
+               if settings.get("pn_validation") else "") + "."]
     estimate = summary.get("prior_estimate")
     if estimate:
         lines += ["", f"Class prior estimated per seed from the PU data alone "
