@@ -293,6 +293,27 @@ def references(args: argparse.Namespace) -> None:
             f"{r['metrics']['auc']['value']:.3f}" for name, r in done["lines"].items()))
 
 
+def seed_list(seeds: list[int]) -> str:
+    """Seeds as runs of consecutive numbers: [0, 1, 2, 5, 7, 8] -> "0-2, 5, 7-8"."""
+    runs: list[list[int]] = []
+    for seed in sorted(seeds):
+        if runs and seed == runs[-1][-1] + 1:
+            runs[-1].append(seed)
+        else:
+            runs.append([seed])
+    return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
+
+
+def machine_cell(recs: list[dict]) -> str:
+    """Each machine of ``recs`` with the seeds it ran (a machine description may itself
+    hold semicolons, so machines are set apart by " / ")."""
+    machines = sorted({r["machine"] for r in recs})
+    if len(machines) == 1:
+        return machines[0]
+    return " / ".join(f"{m} (seeds {seed_list([r['seed'] for r in recs if r['machine'] == m])})"
+                      for m in machines)
+
+
 def load_results(directory: Path) -> dict[str, list[dict]]:
     """Every results file of ``directory``, by method, sorted by seed."""
     out: dict[str, list[dict]] = {}
@@ -342,10 +363,9 @@ def reference_rows(refs: list[dict]) -> tuple[list[str], dict[str, Any]]:
         values = {m: [r["references"][name]["metrics"][m]["value"] for r in recs]
                   for m in TABLE_METRICS}
         minutes = summarise([r["wall_s"] / 60 for r in recs])["mean"]
-        machines = sorted({r["machine"] for r in recs})
-        rows.append(f"| *reference: {name}* | {', '.join(str(r['seed']) for r in recs)} | "
+        rows.append(f"| *reference: {name}* | {seed_list([r['seed'] for r in recs])} | "
                     + " | ".join(mean_std_cell(values[m]) for m in TABLE_METRICS)
-                    + f" | - | {minutes:.1f} | " + "; ".join(machines) + " |")
+                    + f" | - | {minutes:.1f} | " + machine_cell(recs) + " |")
         summary[name] = {m: summarise(v) for m, v in values.items()}
         summary[name]["seeds"] = [r["seed"] for r in recs]
     return rows, summary
@@ -401,11 +421,10 @@ def table(args: argparse.Namespace) -> None:
     for method, recs in results.items():
         cells = [mean_std_cell([r["metrics"][m]["value"] for r in recs]) for m in TABLE_METRICS]
         minutes = summarise([r["wall_s"] / 60 for r in recs])["mean"]
-        machines = sorted({r["machine"] for r in recs})
         paper = f"{PAPER[method]:.2f}" if method in PAPER else "-"
-        rows.append(f"| {method} | {', '.join(str(r['seed']) for r in recs)} | "
+        rows.append(f"| {method} | {seed_list([r['seed'] for r in recs])} | "
                     + " | ".join(cells) + f" | {paper} | {minutes:.0f} | "
-                    + "; ".join(machines) + " |")
+                    + machine_cell(recs) + " |")
         summary[method] = {m: summarise([r["metrics"][m]["value"] for r in recs])
                            for m in TABLE_METRICS}
         summary[method]["seeds"] = [r["seed"] for r in recs]
@@ -413,7 +432,7 @@ def table(args: argparse.Namespace) -> None:
     any_recs = next(iter(results.values()))
     for name, key in (("call everyone negative", "all_negative_accuracy"),
                       ("call everyone positive", "all_positive_accuracy")):
-        rows.append(f"| *reference: {name}* | {', '.join(str(r['seed']) for r in any_recs)} | "
+        rows.append(f"| *reference: {name}* | {seed_list([r['seed'] for r in any_recs])} | "
                     + mean_std_cell([r["metrics"][key]["value"] for r in any_recs])
                     + " |" + " - |" * (len(head) - 3))
     ref_rows, ref_summary = reference_rows(load_references(args.results))
@@ -444,7 +463,7 @@ def table(args: argparse.Namespace) -> None:
         lines.append(f"| {d['pair']} | {d['metric'].replace('_', ' ')} | "
                      f"{100 * d['value']:+.1f} [{100 * d['ci_low']:+.1f}, "
                      f"{100 * d['ci_high']:+.1f}] | {d['share_a_better']:.2f} | "
-                     f"{', '.join(map(str, d['seeds']))} |")
+                     f"{seed_list(d['seeds'])} |")
     lines += prior_lines
     if ref_summary:
         lines += ["", "Reference lines, on each seed's held-out subjects: " + "; ".join(

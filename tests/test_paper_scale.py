@@ -181,10 +181,10 @@ def test_table_shows_reference_lines_and_the_estimated_prior(tmp_path: Path,
     out = tmp_path / "table.md"
     _main(monkeypatch, "table", "--results", results, "--out", out, "--boot", 50)
     text = out.read_text()
-    assert "| nnpu-estimated | 0, 1 | 75.0 (0.0) | 81.2 (0.0) |" in text  # AUC 13/16
+    assert "| nnpu-estimated | 0-1 | 75.0 (0.0) | 81.2 (0.0) |" in text  # AUC 13/16
     assert " | - | 1 | test |" in text   # no paper accuracy for the new method
     for name in (paper_scale.LOGISTIC, paper_scale.TRUTH):
-        assert f"| *reference: {name}* | 0, 1 | 87.5 (17.7) | " in text
+        assert f"| *reference: {name}* | 0-1 | 87.5 (17.7) | " in text
     assert "| nnpu-estimated - nnpu | hidden positive recall | +33.3 [" in text
     assert "| 0 | 0.460 | 0.500 [0.400, 0.600] | +0.040 | yes | 0.700 |" in text
     assert "| 1 | 0.460 | 0.300 [0.250, 0.350] | -0.160 | no | 0.700 |" in text
@@ -194,3 +194,13 @@ def test_table_shows_reference_lines_and_the_estimated_prior(tmp_path: Path,
     assert record["prior_estimation"]["ci_holds_true_prior"] == 1
     assert record["references"][paper_scale.TRUTH]["accuracy"]["mean"] == pytest.approx(0.875)
     assert record["methods"]["nnpu-estimated"]["seeds"] == [0, 1]
+
+
+def test_seed_lists_and_machine_cells_are_compact_and_unambiguous():
+    assert paper_scale.seed_list([7, 0, 1, 2, 5, 8]) == "0-2, 5, 7-8"
+    assert paper_scale.seed_list([3]) == "3"
+    cpu, gpu = "2-core CPU VM, no GPU; torch threads 1", "H100; 8 pieces at a time"
+    recs = [{"seed": s, "machine": cpu} for s in (0, 1, 2, 9)]
+    assert paper_scale.machine_cell(recs) == cpu
+    recs += [{"seed": s, "machine": gpu} for s in range(3, 9)]
+    assert paper_scale.machine_cell(recs) == f"{cpu} (seeds 0-2, 9) / {gpu} (seeds 3-8)"
