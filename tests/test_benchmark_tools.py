@@ -366,9 +366,9 @@ def test_paper_scale_table_pairs_methods_on_seeds_and_subjects(tmp_path: Path,
                                      "--out", str(out), "--boot", "50"])
     paper_scale.main()
     text = out.read_text()
-    assert "| naive | 0, 1 | 62.5 (0.0) | " in text      # accuracy 5/8 on both seeds
+    assert "| naive | 0-1 | 62.5 (0.0) | " in text      # accuracy 5/8 on both seeds
     assert "| nnpu | 0 | 75.0 | " in text and "| 75.96 |" in text   # beside the paper's
-    assert "| *reference: call everyone negative* | 0, 1 | 50.0 (0.0) |" in text
+    assert "| *reference: call everyone negative* | 0-1 | 50.0 (0.0) |" in text
     # paired on seed 0 only (nnpu has no seed 1): +12.5 accuracy, +66.7 hidden recall
     assert "| nnpu - naive | accuracy | +12.5 [" in text
     assert "| nnpu - naive | hidden positive recall | +66.7 [" in text
