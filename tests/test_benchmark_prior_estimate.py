@@ -126,6 +126,26 @@ def test_timed_pieces_resume_the_estimate_and_equal_one_run(whole, mnist_dir, tm
     assert got["test"] == want["test"]
 
 
+def test_a_population_trains_each_seed_with_its_own_estimate(mnist_dir, tmp_path):
+    """--population with --prior estimate: the seeds' estimates differ, and each network of
+    the stack trains with its own seed's (as the seeds trained one by one do)."""
+    def two_seeds(out, *extra):
+        args = _args(mnist_dir, out, *ESTIMATE, *extra)
+        args[args.index("--seeds") + 1] = "2"
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, result.output
+        return [json.loads((out / f"seed{s}" / "result.json").read_text()) for s in (0, 1)]
+
+    alone = two_seeds(tmp_path / "alone")
+    together = two_seeds(tmp_path / "together", "--population", "2")
+    assert alone[0]["prior_estimate"]["value"] != alone[1]["prior_estimate"]["value"]
+    for one, both in zip(alone, together):
+        assert both["population"] == 2 and one["population"] is None
+        assert both["prior_estimate"]["value"] == one["prior_estimate"]["value"]
+        assert both["config"]["prior"] == one["config"]["prior"] == one["prior_estimate"]["value"]
+        assert both["val_score"] == pytest.approx(one["val_score"], rel=1e-3, abs=1e-4)
+
+
 @pytest.mark.parametrize("extra, message", [
     (["--prior", "guess"], "'guess': expected a number in (0, 1) or 'estimate'"),
     (["--prior-epochs", "3"], "--prior-epochs 3: only with --prior estimate"),

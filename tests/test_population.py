@@ -14,14 +14,16 @@ import torch
 from conftest import blobs, tiny_config
 from torch import nn
 
-from adni_pu.data.pu import make_pu_data
+from adni_pu.data.pu import PUData, make_pu_data
 from adni_pu.errors import ConfigError
 from adni_pu.models.mlp import MLP
 from adni_pu.pu import calibration, losses
+from adni_pu.pu.config import TrainConfig
 from adni_pu.pu.population import fit_population
 from adni_pu.pu.stack import Stack
 from adni_pu.pu.teacher import MeanTeacher, batchnorm_buffers
 from adni_pu.pu.trainer import Trainer
+from adni_pu.workflows.benchmark import with_estimated_prior
 
 SP = {"warmup_epochs": 1, "self_paced_end": 3, "select_every": 1, "teacher_rampup_epochs": 1}
 
@@ -107,6 +109,31 @@ def test_a_population_equals_separate_runs(two_seeds, method, sp, settings):
     results = fit_population(together)
     assert all(r.complete for r in results)
     _assert_runs_equal(alone, together, 1e-5)
+
+
+@pytest.mark.parametrize("method", ["nnpu", "selfpu"])
+def test_a_population_of_runs_with_their_own_priors_equals_separate_runs(two_seeds, method):
+    """Runs that differ in the class prior as well (each seed's estimate under ``--prior
+    estimate``) stack too: every network's risks take its own run's prior."""
+    def run(seed: int, prior: float) -> tuple[TrainConfig, PUData]:
+        cfg = tiny_config(method=method, epochs=5, seed=seed, selfpu=SP)
+        data, cfg = with_estimated_prior(two_seeds[seed], cfg, prior)
+        return cfg, data
+
+    runs = [run(0, 0.33), run(1, 0.47)]
+    alone = [Trainer(c, d) for c, d in runs]
+    for t in alone:
+        t.fit()
+    together = [Trainer(c, d) for c, d in runs]
+    assert all(r.complete for r in fit_population(together))
+    assert [t.prior for t in together] == [0.33, 0.47]
+    _assert_runs_equal(alone, together, 1e-5)
+    # the test has teeth: had the stack given run 1 the first run's prior, it would differ
+    wrong = Trainer(*run(1, 0.33))
+    wrong.fit()
+    right, other = alone[1].history[-1], wrong.history[-1]
+    assert any(right[k] != other[k] for k in right
+               if isinstance(right[k], float) and not k.startswith("time/"))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")

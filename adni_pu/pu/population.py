@@ -16,7 +16,9 @@ The numbers equal separate runs up to rounding (tests/test_population.py): one A
 stacked weights is M Adams, a masked mean is the mean over the rows, and every network's
 loss touches only its own weights. Not supported here (refused with the setting named):
 distributed training, ``compile``, models with dropout, inputs other than tensors, and
-runs whose settings differ in anything but the seed.
+runs whose settings differ in anything but the seed and the class prior. The prior may
+differ because every network's risks take their own run's prior (``--prior estimate``
+gives each seed the estimate from its own PU data).
 """
 
 from __future__ import annotations
@@ -46,19 +48,26 @@ from adni_pu.pu.trainer import Trainer
 Stats = dict[str, Any]
 
 
+def _shared_settings(trainer: Trainer) -> dict[str, Any]:
+    """The settings every run of a population must share: all but the seed and the class
+    prior (the stacked step feeds each network its own run's prior)."""
+    settings = cfgmod.to_dict(trainer.cfg)
+    for own in ("seed", "prior"):
+        settings.pop(own)
+    return settings
+
+
 def check_population(trainers: Sequence[Trainer]) -> None:
     """Refuse what the stacked step does not do (module docstring), naming the setting."""
     if not trainers:
         raise ConfigError("a population needs at least one run")
-    first = cfgmod.to_dict(trainers[0].cfg)
-    first.pop("seed")
+    first = _shared_settings(trainers[0])
     for t in trainers[1:]:
-        other = cfgmod.to_dict(t.cfg)
-        other.pop("seed")
+        other = _shared_settings(t)
         if other != first:
             diff = sorted(k for k in set(first) | set(other) if first.get(k) != other.get(k))
             raise ConfigError(f"population runs differ in {diff}: expected the same settings "
-                              "apart from the seed")
+                              "apart from the seed and the class prior")
     cfg = trainers[0].cfg
     if cfg.compile:
         raise ConfigError("compile = true in a population: expected false (the stacked step "
