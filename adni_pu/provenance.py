@@ -7,12 +7,14 @@ can be traced back to the software that made it.
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import os
 import platform
 import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 _PACKAGES = (
     "adni-pu", "torch", "numpy", "scipy", "pandas", "monai", "SimpleITK", "antspyx",
@@ -63,3 +65,40 @@ def provenance() -> dict[str, object]:
         "versions": package_versions(),
         "git_commit": git_commit(),
     }
+
+
+#: The fields of one piece of a run (:func:`run_provenance`).
+PIECE_FIELDS: tuple[str, ...] = ("start_epoch", "date", "machine", "command")
+
+
+def run_provenance(previous: dict[str, Any] | None, start_epoch: int) -> dict[str, Any]:
+    """A run folder's ``provenance.json`` for a fit that starts at ``start_epoch``: this
+    process's :func:`provenance` plus ``pieces``, one entry per fit that trained the run
+    (:data:`PIECE_FIELDS`). A resumed run (``start_epoch`` > 0) keeps the pieces of
+    ``previous`` (the file as it was), so a run begun on a GPU and finished on a CPU names
+    both machines; a fresh run starts the list."""
+    record: dict[str, Any] = provenance()
+    here = {"start_epoch": start_epoch, **{k: record[k] for k in PIECE_FIELDS[1:]}}
+    earlier: list[dict[str, Any]] = []
+    if start_epoch > 0 and previous:
+        earlier = previous.get("pieces") or [  # a file written before pieces were recorded
+            {"start_epoch": None, **{k: previous.get(k) for k in PIECE_FIELDS[1:]}}]
+        earlier = [p for p in earlier if p.get("start_epoch") is None
+                   or p["start_epoch"] < start_epoch]
+    record["pieces"] = [*earlier, here]
+    return record
+
+
+def run_machines(run_dir: Path | None) -> list[str] | None:
+    """The machines that trained the run in ``run_dir``, in order, each once (from its
+    ``provenance.json``); None when the folder has no such record."""
+    path = None if run_dir is None else Path(run_dir) / "provenance.json"
+    if path is None or not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    pieces = record.get("pieces") or [record]
+    machines = [p.get("machine") for p in pieces if p.get("machine")]
+    return list(dict.fromkeys(machines)) or None

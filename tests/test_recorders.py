@@ -189,3 +189,34 @@ def test_curves_have_only_panels_with_data(tmp_path):
     assert [t for t, _ in curve_panels(tracked, "pu_risk")][-1] == \
         "accuracy (test: diagnostic only)"
     assert plot_training([{"epoch": 0}], tmp_path / "none", "pu_risk") == []
+
+
+def test_a_resumed_run_names_every_machine_it_trained_on(tiny_pu, tmp_path, monkeypatch):
+    import json
+
+    from adni_pu import provenance
+
+    run, cfg = tmp_path / "run", tiny_config(method="nnpu", epochs=4)
+    monkeypatch.setattr(provenance, "machine_description", lambda: "GPU box")
+    assert not Trainer(cfg, tiny_pu, run, log=lambda m: None).fit(
+        deadline=time.monotonic()).complete  # one epoch, then paused
+    monkeypatch.setattr(provenance, "machine_description", lambda: "CPU box")
+    assert Trainer(cfg, tiny_pu, run, log=lambda m: None).fit().complete
+    record = json.loads((run / "provenance.json").read_text())
+    assert [(p["start_epoch"], p["machine"]) for p in record["pieces"]] == [
+        (0, "GPU box"), (1, "CPU box")]
+    assert record["machine"] == "CPU box"  # the top level is the latest piece, as before
+    assert provenance.run_machines(run) == ["GPU box", "CPU box"]
+
+
+def test_a_fresh_fit_starts_the_pieces_and_older_records_count_as_one_piece():
+    from adni_pu.provenance import run_machines, run_provenance
+
+    old = {"machine": "H200", "date": "2026-11-28", "command": "adni-pu benchmark"}
+    pieces = run_provenance(old, 163)["pieces"]
+    assert [(p["start_epoch"], p["machine"]) for p in pieces][0] == (None, "H200")
+    assert len(pieces) == 2 and pieces[1]["start_epoch"] == 163
+    assert len(run_provenance(old, 0)["pieces"]) == 1  # a run trained again from epoch 0
+    later = {"pieces": [{"start_epoch": 0, "machine": "A"}, {"start_epoch": 5, "machine": "B"}]}
+    assert [p["machine"] for p in run_provenance(later, 3)["pieces"][:-1]] == ["A"]
+    assert run_machines(None) is None

@@ -43,6 +43,16 @@ def test_a_seed_record_round_trips_with_exactly_its_fields(tmp_path):
         fmt.write_seed_result(tmp_path, 5, {**record, "extra": 1})
 
 
+def test_the_results_file_names_every_machine_its_seeds_trained_on(tmp_path):
+    seeds = [_seed_record(0, 0.90), _seed_record(1, 0.92), _seed_record(2, 0.91)]
+    seeds[0]["machines"] = ["1x H200", "2-core CPU"]  # resumed on the CPU
+    seeds[1]["machines"] = ["2-core CPU"]  # seeds[2]: a record from before pieces
+    assert fmt.results_machine(seeds, "here") == "1x H200 + 2-core CPU + here"
+    summary = fmt.aggregate(_spec(tmp_path), seeds[:2], "adni-pu benchmark mnist")
+    assert summary["machine"] == "1x H200 + 2-core CPU"
+    assert summary["per_seed"][0]["machines"] == ["1x H200", "2-core CPU"]
+
+
 def test_a_damaged_seed_record_is_one_line_naming_the_file(tmp_path):
     path = fmt.seed_result_path(tmp_path, 0)
     path.parent.mkdir()

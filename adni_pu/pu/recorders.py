@@ -25,7 +25,7 @@ import numpy as np
 
 from adni_pu import config as cfgmod
 from adni_pu.fileio import atomic_write, atomic_write_text
-from adni_pu.provenance import provenance
+from adni_pu.provenance import run_provenance
 from adni_pu.pu import checkpoint
 from adni_pu.pu.run import RunView
 
@@ -74,15 +74,22 @@ class EpochLog(Recorder):
 
 
 class RunSettings(FolderRecorder):
-    """``config.toml``, ``provenance.json`` and ``data.json`` at the start of the fit."""
+    """``config.toml``, ``provenance.json`` and ``data.json`` at the start of the fit
+    (``provenance.json`` lists every piece of a resumed run with its machine:
+    :func:`~adni_pu.provenance.run_provenance`)."""
 
     def fit_start(self, run: RunView) -> None:
         if not run.is_main:
             return
         self.run_dir.mkdir(parents=True, exist_ok=True)
         cfgmod.save(run.cfg, self.run_dir / "config.toml")
-        atomic_write_text(self.run_dir / "provenance.json",
-                          json.dumps(provenance(), indent=2) + "\n")
+        path = self.run_dir / "provenance.json"
+        previous = None
+        if path.is_file():
+            with contextlib.suppress(OSError, ValueError):
+                previous = json.loads(path.read_text())
+        record = run_provenance(previous, run.state.start_epoch)
+        atomic_write_text(path, json.dumps(record, indent=2) + "\n")
         info = dict(run.data.info)
         info.update({"prior_used": run.prior, "prior_u": run.prior_u,
                      "n_labelled_entries": run.n_p, "n_unlabelled_entries": run.n_u})

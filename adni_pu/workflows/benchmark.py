@@ -31,6 +31,7 @@ from adni_pu import config as cfgmod
 from adni_pu import fileio
 from adni_pu.errors import ConfigError
 from adni_pu.locking import holding_output_lock
+from adni_pu.provenance import run_machines
 from adni_pu.workflows.results_format import (
     DATA_NAMES,
     aggregate,
@@ -303,6 +304,7 @@ def seed_result(spec: BenchmarkSpec, seed: int, trainer: Any, fit: Any,
         "nn_correction_share": _nn_share(fit.history),
         "test_examples": test_examples(logits, test.truth),
         "prior_estimate": estimate,
+        "machines": run_machines(trainer.run.run_dir),
     }
     write_seed_result(spec.out, seed, result)
     return result

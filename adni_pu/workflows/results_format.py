@@ -5,13 +5,14 @@ Two files, both JSON:
 - ``OUT/seed<N>/result.json`` (:func:`seed_result_path`): one seed, the fields
   :data:`SEED_FIELDS` (its settings, the selected model, the honest test metrics of the
   model validation chose, the diagnostics that read the test split after the fact, timing,
-  and the per-example test results of :func:`test_examples`). A finished seed is never
-  trained again while its ``config`` matches.
+  the per-example test results of :func:`test_examples` and the machines its pieces ran
+  on). A finished seed is never trained again while its ``config`` matches.
 - ``OUT/results.json`` (and the copy ``--results-json FILE`` writes; :func:`aggregate`):
   the seeds of one method or preset: ``settings`` (``method`` names the label under
   ``results``), ``results`` (each measure as mean, sample std and count over the seeds, in
   percent), ``per_seed`` (:data:`PER_SEED_FIELDS` of each seed's record), and the command,
-  date, machine and package versions that made it. Seeds trained with estimated class
+  date, machines (every machine a seed trained on, from its run folder's pieces:
+  :func:`results_machine`) and package versions that made it. Seeds trained with estimated class
   priors (``--prior estimate``) add ``prior_estimate`` (:func:`estimate_summary`: each
   seed's estimate beside the true prior) and label the row ``<method>+estimated-prior``.
   :func:`read_results_file` reads one back for :mod:`adni_pu.workflows.results_table`.
@@ -44,14 +45,14 @@ SEED_FIELDS: tuple[str, ...] = (
     "val_score", "test", "test_accuracy_test_selected", "finalist_choice_diagnostic",
     "finalists_val_score_diagnostic", "test_accuracy_finalists_diagnostic",
     "test_accuracy_final_rule_diagnostic", "seconds_per_epoch", "population",
-    "nn_correction_share", "test_examples", "prior_estimate")
+    "nn_correction_share", "test_examples", "prior_estimate", "machines")
 #: The fields of each seed's record that a results file keeps under ``per_seed``.
 PER_SEED_FIELDS: tuple[str, ...] = (
     "seed", "selected_epoch", "selected_model", "val_score", "test",
     "test_accuracy_test_selected", "finalist_choice_diagnostic",
     "finalists_val_score_diagnostic", "test_accuracy_finalists_diagnostic",
     "test_accuracy_final_rule_diagnostic", "seconds_per_epoch", "population",
-    "nn_correction_share", "test_examples", "prior_estimate")
+    "nn_correction_share", "test_examples", "prior_estimate", "machines")
 #: The per-seed field with the test accuracy of the finalist validation chose after the
 #: last epoch (the final-model rule's number from a run kept by another rule).
 FINAL_RULE_KEY = "test_accuracy_final_rule_diagnostic"
@@ -178,7 +179,7 @@ def aggregate(spec: Any, results: list[dict[str, Any]], command: str) -> dict[st
         "benchmark": f"{spec.dataset}-pu",
         "command": command,
         "date": _dt.date.today().isoformat(),
-        "machine": machine_description(),
+        "machine": results_machine(results, machine_description()),
         "data": data_name,
         "accuracy_unit": "percent",
         "settings": {
@@ -199,6 +200,14 @@ def aggregate(spec: Any, results: list[dict[str, Any]], command: str) -> dict[st
         "per_seed": [{k: _kept(k, r.get(k)) for k in PER_SEED_FIELDS} for r in results],
         **({"prior_estimate": estimate_summary(estimated)} if estimated else {}),
     }
+
+
+def results_machine(results: list[dict[str, Any]], here: str) -> str:
+    """The machines that trained ``results`` (each seed's ``machines``, from its run folder's
+    pieces), in order, each once; ``here`` for seeds without that record. A benchmark
+    resumed on another machine names both, not only the one that wrote the file."""
+    machines = [m for r in results for m in (r.get("machines") or [here])]
+    return " + ".join(dict.fromkeys(machines)) if machines else here
 
 
 def _kept(key: str, value: Any) -> Any:
