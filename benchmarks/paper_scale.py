@@ -345,6 +345,44 @@ def paired_rows(results: dict[str, list[dict]], n_boot: int = 1000) -> list[dict
     return rows
 
 
+def cohort_label(recs: list[dict]) -> str:
+    """What the results files ``recs`` were trained on, from their ``data`` field: the
+    preprocessing in its parentheses ("real", "ideal") or the whole field."""
+    data = recs[0].get("data", "?")
+    return data[data.rfind("(") + 1:-1] if data.endswith(")") and "(" in data else data
+
+
+def beside_rows(results: dict[str, list[dict]], other: dict[str, list[dict]],
+                n_boot: int = 1000) -> list[dict]:
+    """Each method of ``results`` minus the same method of ``other`` (the same cohort's
+    subjects another way, e.g. preprocessed scans against the generator's ideal volumes),
+    paired on the seeds both have and, within each seed, the held-out subjects both
+    scored (all of them where both cohorts made the same split)."""
+    import pandas as pd
+
+    from adni_pu.workflows.crossval import paired_difference
+
+    rows = []
+    for method in METHODS:
+        if method not in results or method not in other:
+            continue
+        seeds = sorted({r["seed"] for r in results[method]} & {r["seed"] for r in other[method]})
+        if not seeds:
+            continue
+        a, b = (pd.concat([pd.DataFrame(r["result"]["predictions"]).assign(seed=r["seed"])
+                           for r in recs if r["seed"] in seeds])
+                for recs in (results[method], other[method]))
+        held_out = [len(a), len(b)]
+        common = a[["seed", "subject_id"]].merge(b[["seed", "subject_id"]])
+        a, b = (f.merge(common) for f in (a, b))
+        pair = f"{method}: {cohort_label(results[method])} - {cohort_label(other[method])}"
+        for metric in ("accuracy", "auc", "hidden_positive_recall"):
+            d = paired_difference(a, b, n_boot=n_boot, metric=metric)
+            rows.append({"pair": pair, "metric": metric, "seeds": seeds,
+                         "held_out": held_out, **d})
+    return rows
+
+
 def load_references(directory: Path) -> list[dict]:
     """Every ``reference-seed<S>.json`` of ``directory``, sorted by seed."""
     recs = [json.loads(f.read_text()) for f in directory.glob("reference-seed*.json")]
@@ -406,6 +444,12 @@ def prior_estimation(recs: list[dict]) -> tuple[list[str], dict[str, Any]]:
     return lines, summary
 
 
+def _shown(path: Path) -> Path:
+    """``path`` relative to the repository where it lies inside it."""
+    full = path.resolve()
+    return full.relative_to(REPO) if full.is_relative_to(REPO) else path
+
+
 def table(args: argparse.Namespace) -> None:
     """Aggregate the results files into the table beside the paper's."""
     from adni_pu.provenance import provenance
@@ -464,6 +508,23 @@ def table(args: argparse.Namespace) -> None:
                      f"{100 * d['value']:+.1f} [{100 * d['ci_low']:+.1f}, "
                      f"{100 * d['ci_high']:+.1f}] | {d['share_a_better']:.2f} | "
                      f"{seed_list(d['seeds'])} |")
+    beside = []
+    if args.beside is not None:
+        other = load_results(args.beside)
+        if not other:
+            raise SystemExit(f"--beside {args.beside}: no results files there")
+        beside = beside_rows(results, other, args.boot)
+        lines += ["", "Each method against itself on the same subjects in "
+                  f"`{_shown(args.beside)}` (paired bootstrap as above; subjects: those both "
+                  "held out and scored, of those held out here and there):", "",
+                  "| difference | metric | value [95 % CI] | share of resamples > 0 | seeds | "
+                  "subjects |", "|---|---|---|---|---|---|"]
+        lines += [f"| {d['pair']} | {d['metric'].replace('_', ' ')} | "
+                  f"{100 * d['value']:+.1f} [{100 * d['ci_low']:+.1f}, "
+                  f"{100 * d['ci_high']:+.1f}] | {d['share_a_better']:.2f} | "
+                  f"{seed_list(d['seeds'])} | {d['n_subjects']} of {d['held_out'][0]} / "
+                  f"{d['held_out'][1]} |"
+                  for d in beside]
     lines += prior_lines
     if ref_summary:
         lines += ["", "Reference lines, on each seed's held-out subjects: " + "; ".join(
@@ -473,13 +534,14 @@ def table(args: argparse.Namespace) -> None:
               "curve; ours are chosen on validation. Different data: read the columns for "
               "the ordering and the size of the PU effect, not for equal numbers.", "",
               "From `python benchmarks/paper_scale.py table` over "
-              f"`{args.results.relative_to(REPO) if args.results.is_relative_to(REPO) else args.results}"
-              "/*.json` (each file has its command, settings, machine and versions).", ""]
+              f"`{_shown(args.results)}/*.json` (each file has its command, settings, machine "
+              "and versions).", ""]
     text = "\n".join(lines)
     atomic_write_text(args.out.with_suffix(".md"), text)
     write_json(args.out.with_suffix(".json"), {
         "command": command_line(__file__), "paper": PAPER, "methods": summary,
         "references": ref_summary, "paired": paired, "prior_estimation": prior_summary,
+        "beside": {"results": str(_shown(args.beside)), "paired": beside} if beside else None,
         "provenance": provenance()}, default=str)
     print(text)
 
@@ -505,6 +567,10 @@ def main() -> None:
     t.add_argument("--results", type=Path, default=RESULTS)
     t.add_argument("--out", type=Path, default=RESULTS.parent / "paper-scale-table.md")
     t.add_argument("--boot", type=int, default=1000)
+    t.add_argument("--beside", type=Path, default=None,
+                   help="another results folder of the same cohort's subjects (e.g. the "
+                        "ideal volumes beside the real preprocessing): each method against "
+                        "itself there, paired")
     args = parser.parse_args()
     {"prepare": prepare, "run": run, "references": references, "table": table}[args.step](args)
 

@@ -196,6 +196,41 @@ def test_table_shows_reference_lines_and_the_estimated_prior(tmp_path: Path,
     assert record["methods"]["nnpu-estimated"]["seeds"] == [0, 1]
 
 
+def test_table_beside_another_cohort_pairs_each_method_with_itself(tmp_path: Path,
+                                                                   monkeypatch) -> None:
+    """``table --beside``: each method against itself in another results folder of the same
+    subjects (preprocessed scans against ideal volumes), on the seeds and held-out subjects
+    both have; a subject scored on one side only is left out and counted."""
+    real, ideal = tmp_path / "real", tmp_path / "ideal"
+    for folder in (real, ideal):
+        folder.mkdir()
+    calls_all_positive = [2.0, 1.0, 1.0, 1.0, -2.0, -2.0, -2.0, -2.0]   # accuracy 8/8
+    misses_two = [2.0, 1.0, -1.0, -1.0, -2.0, -2.0, -2.0, -2.0]        # accuracy 6/8
+    for seed in (0, 1):
+        _method_file(ideal, "nnpu", seed, calls_all_positive, data="cohort (ideal)")
+        _method_file(ideal, "naive", seed, misses_two, data="cohort (ideal)")
+    _method_file(real, "nnpu", 0, misses_two, data="cohort (real)")    # no seed 1 here
+    # a subject the real side did not score (a scan that failed preprocessing)
+    record = json.loads((real / "nnpu-seed0.json").read_text())
+    record["result"]["predictions"] = record["result"]["predictions"][:-1]
+    (real / "nnpu-seed0.json").write_text(json.dumps(record))
+    out = tmp_path / "table.md"
+    _main(monkeypatch, "table", "--results", real, "--out", out, "--boot", 50,
+          "--beside", ideal)
+    text = out.read_text()
+    # the 7 common subjects: 5/7 against 7/7; hidden recall 1/3 against 3/3
+    assert "| nnpu: real - ideal | accuracy | -28.6 [" in text
+    assert "| nnpu: real - ideal | hidden positive recall | -66.7 [" in text
+    assert "| 0 | 7 of 7 / 8 |" in text   # seed 0 only; the 7 subjects both scored
+    assert "naive:" not in text        # no naive run on the real side
+    beside = json.loads(out.with_suffix(".json").read_text())["beside"]
+    assert [d["pair"] for d in beside["paired"]] == ["nnpu: real - ideal"] * 3
+    assert beside["results"] == str(ideal)
+    with pytest.raises(SystemExit, match="no results files"):
+        _main(monkeypatch, "table", "--results", real, "--out", out, "--beside",
+              tmp_path / "empty")
+
+
 def test_seed_lists_and_machine_cells_are_compact_and_unambiguous():
     assert paper_scale.seed_list([7, 0, 1, 2, 5, 8]) == "0-2, 5, 7-8"
     assert paper_scale.seed_list([3]) == "3"
