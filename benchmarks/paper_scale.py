@@ -28,6 +28,10 @@ and every piece can run on another machine::
     python benchmarks/paper_scale.py references --work runs/paper-scale --seed 0 1 2
     # 4. the table over the results files found
     python benchmarks/paper_scale.py table
+    # 5. a cohort prepared with --preprocessing real, its results in their own folder
+    #    (``run --results``), each method paired with itself on the ideal volumes
+    python benchmarks/paper_scale.py table --results benchmarks/results/paper-scale-real \
+        --out benchmarks/results/paper-scale-real-table.md --beside benchmarks/results/paper-scale
 
 Results: ``benchmarks/results/paper-scale/<method>-seed<S>.json`` (metrics with CIs over
 subjects, per-subject test predictions, wall time, machine, settings, versions; for
@@ -345,19 +349,13 @@ def paired_rows(results: dict[str, list[dict]], n_boot: int = 1000) -> list[dict
     return rows
 
 
-def cohort_label(recs: list[dict]) -> str:
-    """What the results files ``recs`` were trained on, from their ``data`` field: the
-    preprocessing in its parentheses ("real", "ideal") or the whole field."""
-    data = recs[0].get("data", "?")
-    return data[data.rfind("(") + 1:-1] if data.endswith(")") and "(" in data else data
-
-
 def beside_rows(results: dict[str, list[dict]], other: dict[str, list[dict]],
-                n_boot: int = 1000) -> list[dict]:
+                names: tuple[str, str], n_boot: int = 1000) -> list[dict]:
     """Each method of ``results`` minus the same method of ``other`` (the same cohort's
     subjects another way, e.g. preprocessed scans against the generator's ideal volumes),
     paired on the seeds both have and, within each seed, the held-out subjects both
-    scored (all of them where both cohorts made the same split)."""
+    scored (all of them where both cohorts made the same split); ``names`` name the two
+    sides in the rows."""
     import pandas as pd
 
     from adni_pu.workflows.crossval import paired_difference
@@ -375,7 +373,7 @@ def beside_rows(results: dict[str, list[dict]], other: dict[str, list[dict]],
         held_out = [len(a), len(b)]
         common = a[["seed", "subject_id"]].merge(b[["seed", "subject_id"]])
         a, b = (f.merge(common) for f in (a, b))
-        pair = f"{method}: {cohort_label(results[method])} - {cohort_label(other[method])}"
+        pair = f"{method}: {names[0]} - {names[1]}"
         for metric in ("accuracy", "auc", "hidden_positive_recall"):
             d = paired_difference(a, b, n_boot=n_boot, metric=metric)
             rows.append({"pair": pair, "metric": metric, "seeds": seeds,
@@ -513,7 +511,7 @@ def table(args: argparse.Namespace) -> None:
         other = load_results(args.beside)
         if not other:
             raise SystemExit(f"--beside {args.beside}: no results files there")
-        beside = beside_rows(results, other, args.boot)
+        beside = beside_rows(results, other, (args.results.name, args.beside.name), args.boot)
         lines += ["", "Each method against itself on the same subjects in "
                   f"`{_shown(args.beside)}` (paired bootstrap as above; subjects: those both "
                   "held out and scored, of those held out here and there):", "",

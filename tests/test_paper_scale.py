@@ -239,3 +239,46 @@ def test_seed_lists_and_machine_cells_are_compact_and_unambiguous():
     assert paper_scale.machine_cell(recs) == cpu
     recs += [{"seed": s, "machine": gpu} for s in range(3, 9)]
     assert paper_scale.machine_cell(recs) == f"{cpu} (seeds 0-2, 9) / {gpu} (seeds 3-8)"
+
+
+FAKE_PYTHON = """#!/usr/bin/env bash
+# stands in for the interpreter: "-m benchmarks.paper_scale STEP ARGS"; a run logs itself and
+# writes its results file, but naive seed 1 fails
+step=$3; shift 3
+[ "$step" = run ] || exit 0
+while [ $# -gt 0 ]; do
+  case $1 in --results) r=$2;; --method) m=$2;; --seed) s=$2;; --threads) t=$2;; esac; shift
+done
+echo "$m-$s threads $t" >> "$r/started.txt"
+[ "$m-$s" = naive-1 ] && exit 3
+echo '{}' > "$r/$m-seed$s.json"
+"""
+
+
+def test_cpu_job_runs_each_missing_piece_once_and_goes_on_past_a_failure(tmp_path: Path) -> None:
+    """``benchmarks/jobs/paper-scale-cpu.sh``: two workers share one list (seed by seed, the
+    methods in METHODS' order), skip pieces whose results file exists, run each other piece
+    exactly once with one thread, and report a failed piece without stopping the rest."""
+    import subprocess
+
+    work, results = tmp_path / "work", tmp_path / "results"
+    work.mkdir()
+    results.mkdir()
+    (work / "prepared.json").write_text("{}")
+    (results / "nnpu-seed0.json").write_text("{}")     # done before: skipped
+    fake = tmp_path / "python"
+    fake.write_text(FAKE_PYTHON)
+    fake.chmod(0o755)
+    script = Path(paper_scale.__file__).parent / "jobs" / "paper-scale-cpu.sh"
+    env = {"PATH": "/usr/bin:/bin", "PYTHON": str(fake), "RESULTS": str(results),
+           "METHODS": "selfpu naive nnpu"}
+    done = subprocess.run(["bash", str(script), str(work), "0", "1"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0
+    started = sorted((results / "started.txt").read_text().split("\n")[:-1])
+    assert started == sorted(f"{job} threads 1" for job in
+                             ("selfpu-0", "naive-0", "selfpu-1", "naive-1", "nnpu-1"))
+    assert "failed: naive-1" in done.stderr
+    assert sorted(p.name for p in results.glob("*-seed*.json")) == [
+        "naive-seed0.json", "nnpu-seed0.json", "nnpu-seed1.json", "selfpu-seed0.json",
+        "selfpu-seed1.json"]
