@@ -249,6 +249,23 @@ def add_run_options(parser: argparse.ArgumentParser, methods: tuple[str, ...], w
     parser.add_argument("--machine", default="2-core CPU VM, no GPU")
 
 
+def when_free(write: Callable[[], Any], wait_s: float = 600.0, every_s: float = 2.0) -> Any:
+    """``write()``, waited for while another process holds its output folder: two pieces of
+    one seed build the same cohort folder (the same files: labels and split are a function
+    of the seed), and the second to start waits for the first instead of failing. Gives up
+    with the lock's own error after ``wait_s``."""
+    from adni_pu.errors import OutputLockedError
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return write()
+        except OutputLockedError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(every_s)
+
+
 def train_on_split(args: argparse.Namespace, log: Callable[[str], None] = lambda m: None,
                    preset: str | None = None, **fractions: float) -> dict[str, Any]:
     """Train ``args.method`` on seed ``args.seed``'s subject-level split of the cohort
@@ -268,8 +285,9 @@ def train_on_split(args: argparse.Namespace, log: Callable[[str], None] = lambda
     torch.set_num_threads(args.threads)
     work = args.work
     info = json.loads((work / "prepared.json").read_text())
-    cohort, manifest = cohort_stage(work / f"cohort-seed{args.seed}", work / "synth",
-                                    Path(info["summary"]), args.seed, print, **fractions)
+    cohort, manifest = when_free(lambda: cohort_stage(
+        work / f"cohort-seed{args.seed}", work / "synth", Path(info["summary"]), args.seed,
+        print, **fractions))
     extra, prior_note, prior = demo_prior(cohort.manifest)
     settings = method_settings(args.epochs, args.seed, args.threads, work / "cache", extra)
     run_dir = work / "runs" / f"{args.method}-seed{args.seed}"

@@ -282,3 +282,55 @@ def test_cpu_job_runs_each_missing_piece_once_and_goes_on_past_a_failure(tmp_pat
     assert sorted(p.name for p in results.glob("*-seed*.json")) == [
         "naive-seed0.json", "nnpu-seed0.json", "nnpu-seed1.json", "selfpu-seed0.json",
         "selfpu-seed1.json"]
+
+
+def test_a_piece_waits_for_another_piece_writing_its_seeds_cohort(tmp_path: Path) -> None:
+    """Two pieces of one seed build the same cohort folder: the second waits for the first's
+    lock instead of failing (2026-11-29: naive seed 0 failed so beside Self-PU seed 0), and
+    gives up with the lock's error when the holder never lets go."""
+    import threading
+
+    from adni_pu.errors import OutputLockedError
+    from adni_pu.locking import output_lock
+    from benchmarks.common import when_free
+
+    folder = tmp_path / "cohort-seed0"
+    held, release = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with output_lock(folder, "first piece"):
+            held.set()
+            release.wait(10)
+
+    attempts = []
+
+    def write() -> str:
+        attempts.append(1)
+        if len(attempts) == 3:
+            release.set()       # the first piece finishes while the second waits
+        with output_lock(folder, "second piece"):
+            return "written"
+
+    first = threading.Thread(target=holder)
+    first.start()
+    held.wait(10)
+    assert when_free(write, wait_s=30, every_s=0.05) == "written"
+    first.join()
+    assert len(attempts) >= 3   # refused at least twice, then written
+
+    held.clear()
+    release.clear()
+    first = threading.Thread(target=holder)
+    first.start()
+    held.wait(10)
+    def write_plainly() -> None:
+        attempts.append(1)
+        with output_lock(folder, "second piece"):
+            pass
+
+    attempts.clear()
+    with pytest.raises(OutputLockedError, match="in use by pid"):
+        when_free(write_plainly, wait_s=0.2, every_s=0.05)
+    assert len(attempts) >= 2
+    release.set()
+    first.join()
