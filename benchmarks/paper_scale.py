@@ -17,8 +17,8 @@ nothing here was tuned, and the test split is scored once, after training.
 In pieces that each write their own results file, so a run cut short keeps what finished
 and every piece can run on another machine::
 
-    # 1. generate the cohort once (and preprocess it: ``--preprocessing real``, about an
-    #    hour on 2 cores; the default uses the generator's ideal model-grid volumes)
+    # 1. generate the cohort once (and preprocess it: ``--preprocessing real``, 46 minutes
+    #    on 2 cores; the default uses the generator's ideal model-grid volumes)
     python benchmarks/paper_scale.py prepare --work runs/paper-scale
     # 2. one method and one seed per call (seed = split seed = training seed); resumable
     python benchmarks/paper_scale.py run --work runs/paper-scale --method nnpu --seed 0
@@ -377,7 +377,7 @@ def beside_rows(results: dict[str, list[dict]], other: dict[str, list[dict]],
         for metric in ("accuracy", "auc", "hidden_positive_recall"):
             d = paired_difference(a, b, n_boot=n_boot, metric=metric)
             rows.append({"pair": pair, "metric": metric, "seeds": seeds,
-                         "held_out": held_out, **d})
+                         "held_out": held_out, "paired_subjects": len(common), **d})
     return rows
 
 
@@ -514,14 +514,15 @@ def table(args: argparse.Namespace) -> None:
         beside = beside_rows(results, other, (args.results.name, args.beside.name), args.boot)
         lines += ["", "Each method against itself on the same subjects in "
                   f"`{_shown(args.beside)}` (paired bootstrap as above; subjects: those both "
-                  "held out and scored, of those held out here and there):", "",
+                  "held out and scored, of those held out here and there, and how many of "
+                  "them have a truth, which every metric needs):", "",
                   "| difference | metric | value [95 % CI] | share of resamples > 0 | seeds | "
                   "subjects |", "|---|---|---|---|---|---|"]
         lines += [f"| {d['pair']} | {d['metric'].replace('_', ' ')} | "
                   f"{100 * d['value']:+.1f} [{100 * d['ci_low']:+.1f}, "
                   f"{100 * d['ci_high']:+.1f}] | {d['share_a_better']:.2f} | "
-                  f"{seed_list(d['seeds'])} | {d['n_subjects']} of {d['held_out'][0]} / "
-                  f"{d['held_out'][1]} |"
+                  f"{seed_list(d['seeds'])} | {d['paired_subjects']} of {d['held_out'][0]} / "
+                  f"{d['held_out'][1]} ({d['n_subjects']} with a truth) |"
                   for d in beside]
     lines += prior_lines
     if ref_summary:

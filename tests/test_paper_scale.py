@@ -210,18 +210,21 @@ def test_table_beside_another_cohort_pairs_each_method_with_itself(tmp_path: Pat
         _method_file(ideal, "nnpu", seed, calls_all_positive, data="cohort (ideal)")
         _method_file(ideal, "naive", seed, misses_two, data="cohort (ideal)")
     _method_file(real, "nnpu", 0, misses_two, data="cohort (real)")    # no seed 1 here
-    # a subject the real side did not score (a scan that failed preprocessing)
+    # a subject the real side did not score (a scan that failed preprocessing), and one
+    # without a truth (no PET), paired but left out of every metric
     record = json.loads((real / "nnpu-seed0.json").read_text())
     record["result"]["predictions"] = record["result"]["predictions"][:-1]
+    record["result"]["predictions"][6]["truth"] = None
     (real / "nnpu-seed0.json").write_text(json.dumps(record))
     out = tmp_path / "table.md"
     _main(monkeypatch, "table", "--results", real, "--out", out, "--boot", 50,
           "--beside", ideal)
     text = out.read_text()
-    # the 7 common subjects: 5/7 against 7/7; hidden recall 1/3 against 3/3
-    assert "| nnpu: real - ideal | accuracy | -28.6 [" in text
+    # the 6 common subjects with a truth: 4/6 against 6/6; hidden recall 1/3 against 3/3
+    assert "| nnpu: real - ideal | accuracy | -33.3 [" in text
     assert "| nnpu: real - ideal | hidden positive recall | -66.7 [" in text
-    assert "| 0 | 7 of 7 / 8 |" in text   # seed 0 only; the 7 subjects both scored
+    # seed 0 only; the 7 subjects both scored, 6 of them with a truth
+    assert "| 0 | 7 of 7 / 8 (6 with a truth) |" in text
     assert "naive:" not in text        # no naive run on the real side
     beside = json.loads(out.with_suffix(".json").read_text())["beside"]
     assert [d["pair"] for d in beside["paired"]] == ["nnpu: real - ideal"] * 3
