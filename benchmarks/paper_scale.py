@@ -328,9 +328,17 @@ def load_results(directory: Path) -> dict[str, list[dict]]:
     return out
 
 
+def predictions(recs: list[dict], seeds: list[int]) -> Any:
+    """The per-subject test predictions of results files ``recs`` on ``seeds``, one frame
+    with a ``seed`` column (what :func:`paired_difference` pairs on)."""
+    import pandas as pd
+
+    return pd.concat([pd.DataFrame(r["result"]["predictions"]).assign(seed=r["seed"])
+                      for r in recs if r["seed"] in seeds])
+
+
 def paired_rows(results: dict[str, list[dict]], n_boot: int = 1000) -> list[dict]:
     """Paired differences (accuracy and AUC) on the seeds both methods have."""
-    import pandas as pd
 
     from adni_pu.workflows.crossval import paired_difference
 
@@ -341,8 +349,7 @@ def paired_rows(results: dict[str, list[dict]], n_boot: int = 1000) -> list[dict
         seeds = sorted({r["seed"] for r in results[a]} & {r["seed"] for r in results[b]})
         if not seeds:
             continue
-        frames = {m: pd.concat([pd.DataFrame(r["result"]["predictions"]).assign(seed=r["seed"])
-                                for r in results[m] if r["seed"] in seeds]) for m in (a, b)}
+        frames = {m: predictions(results[m], seeds) for m in (a, b)}
         for metric in ("accuracy", "auc", "hidden_positive_recall"):
             d = paired_difference(frames[a], frames[b], n_boot=n_boot, metric=metric)
             rows.append({"pair": f"{a} - {b}", "metric": metric, "seeds": seeds, **d})
@@ -356,7 +363,6 @@ def beside_rows(results: dict[str, list[dict]], other: dict[str, list[dict]],
     paired on the seeds both have and, within each seed, the held-out subjects both
     scored (all of them where both cohorts made the same split); ``names`` name the two
     sides in the rows."""
-    import pandas as pd
 
     from adni_pu.workflows.crossval import paired_difference
 
@@ -367,9 +373,7 @@ def beside_rows(results: dict[str, list[dict]], other: dict[str, list[dict]],
         seeds = sorted({r["seed"] for r in results[method]} & {r["seed"] for r in other[method]})
         if not seeds:
             continue
-        a, b = (pd.concat([pd.DataFrame(r["result"]["predictions"]).assign(seed=r["seed"])
-                           for r in recs if r["seed"] in seeds])
-                for recs in (results[method], other[method]))
+        a, b = predictions(results[method], seeds), predictions(other[method], seeds)
         held_out = [len(a), len(b)]
         common = a[["seed", "subject_id"]].merge(b[["seed", "subject_id"]])
         a, b = (f.merge(common) for f in (a, b))
