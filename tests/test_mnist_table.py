@@ -275,3 +275,28 @@ def test_the_table_command_records_itself_and_refuses_a_bad_pair(tmp_path):
     assert "| nnpu | 2 |" in result.output and "provenance" in record
     bad = CliRunner().invoke(app, ["benchmark", "table", str(runs), "--pair", "naive"])
     assert bad.exit_code == 2 and "'naive': expected A,B (two labels)" in bad.output
+
+
+def test_with_reads_another_folders_files_as_rows_of_the_same_table(tmp_path):
+    base, later = tmp_path / "base", tmp_path / "later"
+    base.mkdir()
+    later.mkdir()
+    _write(base, "nnpu", {0: 0.90, 1: 0.92}, name="nnpu-s01")
+    _write(later, "vpu", {0: 0.80, 1: 0.86}, name="vpu-s01")
+    result = CliRunner().invoke(app, ["benchmark", "table", str(later), "--with", str(base),
+                                      "--pair", "vpu,nnpu"])
+    assert result.exit_code == 0, result.output
+    record = json.loads((tmp_path / "later-table.json").read_text())
+    assert list(record["rows"]) == ["nnpu", "vpu"]
+    assert record["rows"]["nnpu"]["files"] == [str(base / "nnpu-s01.json")]
+    (diff,) = record["paired"]
+    assert diff["pair"] == "vpu - nnpu" and diff["value"] == pytest.approx(-8.0)
+    assert f"--with {base} --pair vpu,nnpu" in record["command"]
+    # a seed in both folders is refused, as within one folder; an empty folder too
+    _write(later, "nnpu", {1: 0.93}, name="nnpu-s1")
+    clash = CliRunner().invoke(app, ["benchmark", "table", str(later), "--with", str(base)])
+    assert clash.exit_code != 0 and "seed 1 of 'nnpu'" in clash.output
+    (tmp_path / "empty").mkdir()
+    empty = CliRunner().invoke(app, ["benchmark", "table", str(base), "--with",
+                                     str(tmp_path / "empty")])
+    assert empty.exit_code != 0 and "empty: no *.json results files" in empty.output

@@ -152,6 +152,10 @@ def table(
     out: Annotated[Optional[Path], typer.Option(  # noqa: UP045
         show_default="FOLDER-table beside FOLDER",
         help="output stem: writes STEM.md and STEM.json")] = None,
+    with_: Annotated[Optional[list[Path]], typer.Option(  # noqa: UP045
+        "--with", show_default="none", metavar="FOLDER",
+        help="also read this folder's results files (repeatable), e.g. the baselines a row "
+             "is compared with")] = None,
     pair: Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
         show_default="none", metavar="A,B",
         help="also report A minus B (repeatable)")] = None,
@@ -176,6 +180,7 @@ def table(
     command = " ".join(
         ["adni-pu benchmark table", str(folder)]
         + ([f"--out {out}"] if out is not None else [])
+        + [f"--with {w}" for w in with_ or []]
         + [f"--pair {a},{b}" for a, b in pairs]
         + [flag for flag, on in (("--ablation", ablation),
                                  ("--allow-mixed-schedule", allow_mixed_schedule),
@@ -183,7 +188,8 @@ def table(
         + [f"--final-rule {label}" for label in final_rule or []]
         + (["--protocol"] if protocol else []))
     text, stem = write_table(folder, out, pairs, ablation, allow_mixed_schedule, command,
-                             label_from_name, tuple(final_rule or ()), protocol)
+                             label_from_name, tuple(final_rule or ()), protocol,
+                             tuple(with_ or ()))
     typer.echo(text)
     typer.echo(f"table: {stem.with_name(stem.name + '.md')} and .json")
 

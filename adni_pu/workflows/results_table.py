@@ -10,7 +10,8 @@
 Reads every ``*.json`` of the folder (the files ``--results-json`` writes, in the format of
 :mod:`adni_pu.workflows.results_format`; a file may hold several seeds of one method, its
 label is ``settings.method``) and writes ``FOLDER-table.md`` and ``FOLDER-table.json``
-beside the folder (``--out STEM`` to choose). Per method or preset: test accuracy of the
+beside the folder (``--out STEM`` to choose; ``--with OTHER`` adds another folder's files,
+e.g. the baselines a later row is paired with). Per method or preset: test accuracy of the
 validation-selected model (the honest number), the test-selected accuracy (a diagnostic:
 the test split chose the epoch), AUC, each as mean (sample std) over seeds in percent, the
 number of seeds, the epochs, seconds per epoch by phase and, where the per-seed records
@@ -50,15 +51,21 @@ METHOD_ORDER = ("naive", "upu", "nnpu", "selfpu", "vpu")
 DEFAULT_PAIRS: tuple[tuple[str, str], ...] = (("selfpu", "nnpu"), ("nnpu", "naive"))
 
 
-def load_results(folder: Path, label_from_name: bool = False) -> dict[str, dict[str, Any]]:
+def load_results(folder: Path, label_from_name: bool = False,
+                 also: tuple[Path, ...] = ()) -> dict[str, dict[str, Any]]:
     """Per label: its files, schedule and per-seed records (one per seed, from any file).
 
     The label is ``settings.method`` (the method or preset), or with ``label_from_name`` the
-    file's name without a trailing ``-s<seed>`` (rows that differ by a ``--set`` only)."""
-    files = sorted(folder.glob("*.json"))
-    if not files:
-        raise ResultsError(f"{folder}: no *.json results files (expected the files written by "
-                           "`adni-pu benchmark ... --results-json FILE`)")
+    file's name without a trailing ``-s<seed>`` (rows that differ by a ``--set`` only). The
+    folders in ``also`` are read as if their files were in ``folder`` (rows kept in another
+    results folder, e.g. the baselines a later row is compared with)."""
+    files = []
+    for where in (folder, *also):
+        found = sorted(where.glob("*.json"))
+        if not found:
+            raise ResultsError(f"{where}: no *.json results files (expected the files written "
+                               "by `adni-pu benchmark ... --results-json FILE`)")
+        files += found
     out: dict[str, dict[str, Any]] = {}
     for path in files:
         data = read_results_file(path)
@@ -278,13 +285,14 @@ def render(rows: dict[str, dict[str, Any]], paired: list[dict[str, Any]], ablati
 
 def build(folder: Path, pairs: list[tuple[str, str]], ablation: bool = False,
           allow_mixed: bool = False, command: str = "", label_from_name: bool = False,
-          final_rule: tuple[str, ...] = (), protocol: bool = False
-          ) -> tuple[str, dict[str, Any]]:
+          final_rule: tuple[str, ...] = (), protocol: bool = False,
+          also: tuple[Path, ...] = ()) -> tuple[str, dict[str, Any]]:
     """Markdown and JSON of the table of ``folder``'s results files; the labels named in
     ``final_rule`` report the final-model rule's test accuracy (docs/selfpu.md). With
     ``protocol`` the benchmark protocol decides instead: every Self-PU row (a file with
-    Self-PU settings) by the final rule, every baseline by its run's own selection."""
-    entries = load_results(folder, label_from_name)
+    Self-PU settings) by the final rule, every baseline by its run's own selection. The
+    folders in ``also`` add their files (:func:`load_results`)."""
+    entries = load_results(folder, label_from_name, also)
     if protocol:
         if final_rule:
             raise ResultsError("--protocol and --final-rule: choose one (the protocol names "
@@ -316,7 +324,7 @@ def table_stem(folder: Path, out: Path | None = None) -> Path:
 def write_table(folder: Path, out: Path | None = None, pairs: list[tuple[str, str]] = (),
                 ablation: bool = False, allow_mixed: bool = False, command: str = "",
                 label_from_name: bool = False, final_rule: tuple[str, ...] = (),
-                protocol: bool = False) -> tuple[str, Path]:
+                protocol: bool = False, also: tuple[Path, ...] = ()) -> tuple[str, Path]:
     """:func:`build` the table of ``folder`` and write ``STEM.md`` and ``STEM.json`` (with
     provenance; :func:`table_stem`); returns the Markdown and the stem. Nothing is written
     when the files cannot be put into one table (:class:`ResultsError`)."""
@@ -324,7 +332,7 @@ def write_table(folder: Path, out: Path | None = None, pairs: list[tuple[str, st
     from adni_pu.provenance import provenance
 
     text, record = build(folder, list(pairs), ablation, allow_mixed, command, label_from_name,
-                         tuple(final_rule), protocol)
+                         tuple(final_rule), protocol, tuple(also))
     stem = table_stem(folder, out)
     record["provenance"] = provenance()
     atomic_write_text(stem.with_name(stem.name + ".md"), text)
