@@ -33,12 +33,14 @@ def _table(*args: str) -> int:
 
 def _write(folder: Path, method: str, seeds: dict[int, float], epochs: int = 20,
            selfpu: dict | None = None, share: float | None = None, name: str | None = None,
-           examples: dict[int, dict] | None = None, machine: str | None = None) -> Path:
+           examples: dict[int, dict] | None = None, machine: str | None = None,
+           estimates: dict[int, dict] | None = None) -> Path:
     """A results file as `adni-pu benchmark ... --results-json` writes it (the fields read)."""
     per_seed = [{"seed": s, "test": {"accuracy": acc, "auc": acc + 0.05},
                  "test_accuracy_test_selected": acc + 0.01,
                  "seconds_per_epoch": {"phase1": 2.0 + s}, "nn_correction_share": share,
-                 "test_examples": (examples or {}).get(s)}
+                 "test_examples": (examples or {}).get(s),
+                 "prior_estimate": (estimates or {}).get(s)}
                 for s, acc in seeds.items()]
     data = {"settings": {"method": method, "epochs": epochs, "selfpu": selfpu},
             "results": {method: {}}, "per_seed": per_seed}
@@ -300,3 +302,24 @@ def test_with_reads_another_folders_files_as_rows_of_the_same_table(tmp_path):
     empty = CliRunner().invoke(app, ["benchmark", "table", str(base), "--with",
                                      str(tmp_path / "empty")])
     assert empty.exit_code != 0 and "empty: no *.json results files" in empty.output
+
+
+def test_rows_with_an_estimated_prior_show_the_estimate_beside_the_truth(tmp_path):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    _write(runs, "nnpu", {0: 0.90, 1: 0.92})
+    est = {s: {"value": v, "ci_low": lo, "ci_high": hi, "method": "bbe", "true_prior": 0.5}
+           for s, v, lo, hi in ((0, 0.44, 0.40, 0.48), (1, 0.52, 0.47, 0.56),
+                                (2, 0.50, 0.45, 0.55))}
+    est[2]["true_prior"] = None  # a seed without a true prior: in the mean, not in the error
+    _write(runs, "nnpu", {0: 0.89, 1: 0.91, 2: 0.90}, name="nnpu-est", estimates=est)
+    assert _table(str(runs), "--label-from-name") == 0
+    record = json.loads((tmp_path / "runs-table.json").read_text())
+    assert record["rows"]["nnpu"]["prior_estimate"] is None
+    summary = record["rows"]["nnpu-est"]["prior_estimate"]
+    assert summary["value"]["mean"] == pytest.approx(1.46 / 3)
+    assert summary["abs_error"]["mean"] == pytest.approx(0.04) and summary["abs_error"]["n"] == 2
+    assert summary["ci_coverage"] == {"covered": 1, "n": 2}
+    text = (tmp_path / "runs-table.md").read_text()
+    assert "| nnpu-est | 3 | bbe | 0.487 (0.042) | 0.500 | 0.040 (0.028) | 1 of 2 |" in text
+    assert "| nnpu | 2 | bbe" not in text

@@ -42,6 +42,7 @@ from adni_pu.workflows.results_format import (
     SCHEDULE_KEYS,
     ResultsError,
     data_settings,
+    estimate_summary,
     read_results_file,
     schedule,
     unpack_bits,
@@ -122,6 +123,8 @@ def method_row(entry: dict[str, Any]) -> dict[str, Any]:
     phases = sorted({p for r in records for p in r["seconds_per_epoch"]})
     shares = [r["nn_correction_share"] for r in records
               if r.get("nn_correction_share") is not None]
+    estimates = [(s, entry["seeds"][s]["prior_estimate"]) for s in sorted(entry["seeds"])
+                 if entry["seeds"][s].get("prior_estimate")]
     return {
         "seeds": sorted(entry["seeds"]),
         "n_seeds": len(records),
@@ -133,6 +136,7 @@ def method_row(entry: dict[str, Any]) -> dict[str, Any]:
         "seconds_per_epoch": {p: summarise([r["seconds_per_epoch"][p] for r in records
                                             if p in r["seconds_per_epoch"]]) for p in phases},
         "nn_correction_share": summarise(shares) if shares else None,
+        "prior_estimate": estimate_summary(estimates) if estimates else None,
         "machines": entry["machines"],
         "files": entry["files"],
     }
@@ -238,6 +242,25 @@ def _num(v: float) -> str:
     return "n/a" if math.isnan(v) else f"{v:+.2f}"
 
 
+def _estimate_lines(rows: dict[str, dict[str, Any]]) -> list[str]:
+    """The rows trained with an estimated class prior: the estimate beside the true prior
+    (mean (std) over seeds, the absolute error and how often the 95 % CI held the truth)."""
+    rows = {label: r["prior_estimate"] for label, r in rows.items() if r["prior_estimate"]}
+    if not rows:
+        return []
+    lines = ["", "Rows trained with an estimated class prior: the estimate over seeds beside "
+             "the true prior (seeds without a true prior are left out of the error).", "",
+             "| row | seeds | estimator | estimate | true prior | absolute error | 95 % CI "
+             "holds the truth |", "|---|---|---|---|---|---|---|"]
+    for label, e in rows.items():
+        truths = sorted({r["true_prior"] for r in e["per_seed"] if r["true_prior"] is not None})
+        lines.append(f"| {label} | {len(e['per_seed'])} | {e['method']} | "
+                     f"{mean_std(e['value'], 3)} | {', '.join(f'{t:.3f}' for t in truths) or 'n/a'}"
+                     f" | {mean_std(e['abs_error'], 3)} | "
+                     f"{e['ci_coverage']['covered']} of {e['ci_coverage']['n']} |")
+    return lines
+
+
 def render(rows: dict[str, dict[str, Any]], paired: list[dict[str, Any]], ablation: bool,
            check: dict[str, Any] | None, command: str) -> str:
     """The Markdown tables."""
@@ -271,6 +294,7 @@ def render(rows: dict[str, dict[str, Any]], paired: list[dict[str, Any]], ablati
         lines += ["", "Schedule: " + ("every row used " if check["same"] else
                                       "rows differ (flagged); the first seen: ")
                   + ", ".join(f"{k} {v}" for k, v in check["schedule"].items()) + "."]
+    lines += _estimate_lines(rows)
     if paired:
         lines += ["", "Paired differences of test accuracy (validation-selected) on the seeds "
                   "both ran, percentage points, with a 95 % CI (how it was computed: last "
