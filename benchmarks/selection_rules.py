@@ -42,7 +42,7 @@ import numpy as np
 import tomllib
 
 from adni_pu.fileio import atomic_write_text
-from adni_pu.pu import selection
+from adni_pu.pu import criteria, selection
 from adni_pu.pu.metrics import average_logits, sigmoid
 from adni_pu.pu.recorders import read_metrics_csv
 from benchmarks.common import script_parser
@@ -193,9 +193,9 @@ def held_out(rec: ValidationRecord, named_rules: dict[str, Rule], n_halvings: in
     in_u = rec.u_mask()
     out: dict[str, list[float]] = {name: [] for name in named_rules}
     for a, b in halvings(rec, n_halvings, seed):
-        ra = selection.pu_risks(loss_pos, loss_neg, rec.labelled & a, in_u & a, rec.prior,
+        ra = criteria.pu_risks(loss_pos, loss_neg, rec.labelled & a, in_u & a, rec.prior,
                                 rec.prior_u)
-        rb = selection.pu_risks(loss_pos, loss_neg, rec.labelled & b, in_u & b, rec.prior,
+        rb = criteria.pu_risks(loss_pos, loss_neg, rec.labelled & b, in_u & b, rec.prior,
                                 rec.prior_u)
         for name, rule in named_rules.items():
             out[name].append(float(rb[rule(rec, ra)]))
@@ -206,7 +206,7 @@ def held_out(rec: ValidationRecord, named_rules: dict[str, Rule], n_halvings: in
 def full_choices(rec: ValidationRecord, named_rules: dict[str, Rule]
                  ) -> dict[str, tuple[int, str, float]]:
     """Each rule applied to the whole validation split: (epoch, model, its risk)."""
-    risk = selection.pu_risks(sigmoid(-rec.logits), sigmoid(rec.logits), rec.labelled,
+    risk = criteria.pu_risks(sigmoid(-rec.logits), sigmoid(rec.logits), rec.labelled,
                               rec.u_mask(), rec.prior, rec.prior_u)
     out = {}
     for name, rule in named_rules.items():

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from adni_pu.pu import selection
-from adni_pu.pu.selection import LOWER_IS_BETTER  # the trainer's own criteria
+from adni_pu.pu.criteria import LOWER_IS_BETTER  # the trainer's own criteria
 from benchmarks.common import script_parser
 
 

@@ -278,7 +278,7 @@ def test_selection_rules_risk_is_the_trainers_pu_risk(scheme: str) -> None:
     labelled = rng.random(50) < 0.3
     u_mask = np.ones(50, bool) if scheme == "case-control" else ~labelled
     prior, prior_u = 0.4, (0.4 if scheme == "case-control" else 0.3)
-    got = selection_rules.selection.pu_risks(sigmoid(-logits), sigmoid(logits), labelled, u_mask,
+    got = selection_rules.criteria.pu_risks(sigmoid(-logits), sigmoid(logits), labelled, u_mask,
                                              prior, prior_u)
     for row, value in zip(logits, got):
         t = torch.from_numpy(row)
