@@ -8,11 +8,17 @@ pipeline (:mod:`adni_pu.data.volumes`), whose cached stage runs this check on ea
   :data:`adni_pu.data.integrity.MAX_VOXELS` and holds the bytes its header promises, is one
   3D volume (a 4th axis of length 1 is dropped, as the loader does; a 4D series is refused),
   and, where the grid is checked, has the grid's shape after RAS reorientation;
-- once read (:func:`content_problem`): every voxel is finite (no NaN or inf) and the
-  volume is not constant (an all-zero file is not a brain).
+- once read (:func:`content_problem`): every voxel is finite (no NaN or inf), the volume
+  is not constant (an all-zero file is not a brain), it has at least
+  :data:`MIN_BRAIN_FRACTION` of the grid as non-zero (brain) voxels, and those voxels hold
+  more than two distinct values: not a flat brain, a binary mask or a two-label map.
 
 A NaN voxel would otherwise make the model's output NaN, an all-zero file would be scored
-as if it were a scan, and a 4D file would fail inside the network. Each problem is a
+as if it were a scan, and a 4D file would fail inside the network. The brain checks look
+at the non-zero voxels because they are what the z-score normalisation reads
+(``VolumeDataConfig.normalization``, MONAI ``NormalizeIntensity(nonzero=True)``): a brain
+of one value has SD 0 and becomes all zeros, so a brain mask, a cerebellum mask, a volume
+with one non-zero voxel and a flat brain all got the same probability as an empty input. Each problem is a
 :class:`~adni_pu.errors.ManifestError` saying ``<file>: <what was expected, what was found>``.
 """
 
@@ -30,7 +36,17 @@ from adni_pu.errors import ManifestError
 
 #: What the check covers; part of the volume pipeline's disk-cache key, so that items cached
 #: before a check was added (or changed) are computed, and checked, again.
-CHECKS = "header, voxel limit, size, 3D, grid shape; finite, not constant"
+CHECKS = ("header, voxel limit, size, 3D, grid shape; finite, not constant, brain >= 5 % "
+          "of the grid, brain voxels of more than 2 values")
+
+#: The fewest non-zero (brain) voxels a model-grid volume may have, as a fraction of the
+#: grid. The MNI-space grid (181 x 217 x 181 mm at any spacing) is about 21-27 % brain:
+#: colin27's skull-stripped brain fills 24.4 % of it (with its cerebellum, which
+#: preprocessing removes), the MNI template 21.7 %, the tests' volumes 26.8 %; the AAL
+#: cerebellum alone is 2.7 %. 5 % (about a fifth of a brain) refuses a cerebellum mask, a
+#: hippocampus mask or a handful of voxels and keeps any brain that brain extraction left
+#: mostly whole.
+MIN_BRAIN_FRACTION = 0.05
 
 
 def canonical_shape(img: Any) -> tuple[int, ...]:
@@ -84,8 +100,10 @@ def header_problem(path: str | Path, grid_shape: tuple[int, int, int] | None = N
 
 
 def content_problem(data: Any) -> str | None:
-    """Why the intensities ``data`` (a NumPy array or a torch tensor) cannot be a model
-    input: NaN or inf voxels, or a constant volume. None when they can."""
+    """Why the intensities ``data`` (a NumPy array or a torch tensor, the whole grid) cannot
+    be a model input: NaN or inf voxels, a constant volume, too few non-zero (brain) voxels,
+    or brain voxels of one or two values (a flat brain, a mask, a label map). None when
+    they can."""
     import torch
 
     values = data.as_tensor() if hasattr(data, "as_tensor") else torch.as_tensor(data)
@@ -96,7 +114,33 @@ def content_problem(data: Any) -> str | None:
     lo, hi = float(values.min()), float(values.max())
     if hi <= lo:
         return f"expected an image, found a constant volume (every voxel {lo:g})"
-    return None
+    brain = values[values != 0]
+    problems = []
+    if brain.numel() < MIN_BRAIN_FRACTION * values.numel():
+        problems.append(
+            f"expected a brain of at least {MIN_BRAIN_FRACTION:.0%} of the grid's voxels "
+            f"(non-zero; a model-grid brain fills about 21-27 %), found {brain.numel()} "
+            f"non-zero voxel(s) ({brain.numel() / values.numel():.2%})")
+    if brain.numel() > 1:
+        problems += _few_values(brain)
+    return "; ".join(problems) if problems else None
+
+
+def _few_values(brain: Any) -> list[str]:
+    """Why the non-zero voxels ``brain`` (a 1D tensor of 2 or more) are not an image's: one
+    value (a flat brain or a binary mask: z-scoring leaves all zeros) or two (a label
+    map). Two passes over the voxels, no sort."""
+    import torch
+
+    lo, hi = brain.min(), brain.max()
+    if bool(lo == hi):
+        return [f"expected an image, found a binary volume: every non-zero voxel is "
+                f"{float(lo):g} (a mask, or a brain of one value, which z-scoring makes all "
+                "zeros)"]
+    if bool(torch.logical_or(brain == lo, brain == hi).all()):
+        return [f"expected an image, found non-zero voxels of only two values "
+                f"({float(lo):g}, {float(hi):g}): a label map or mask"]
+    return []
 
 
 def check_header(path: str | Path, grid_shape: tuple[int, int, int] | None = None) -> str:
