@@ -18,8 +18,9 @@ as if it were a scan, and a 4D file would fail inside the network. The brain che
 at the non-zero voxels because they are what the z-score normalisation reads
 (``VolumeDataConfig.normalization``, MONAI ``NormalizeIntensity(nonzero=True)``): a brain
 of one value has SD 0 and becomes all zeros, so a brain mask, a cerebellum mask, a volume
-with one non-zero voxel and a flat brain all got the same probability as an empty input. Each problem is a
-:class:`~adni_pu.errors.ManifestError` saying ``<file>: <what was expected, what was found>``.
+with one non-zero voxel and a flat brain all got the same probability as an empty input.
+Each problem is a :class:`~adni_pu.errors.ManifestError` saying
+``<file>: <what was expected, what was found>``.
 """
 
 from __future__ import annotations
