@@ -2,17 +2,27 @@
 
 Every method explains the positive (amyloid) logit of a :class:`GridModel`:
 
-- ``gradcam``: MONAI ``GradCAM`` at the last pooled feature map of each branch of each
-  3-branch CNN in the model (three for a single network, three per member of an averaged
-  one). MONAI would upsample a branch's map to the size of the *input it was given* (here
-  the grid), which is wrong for a branch that saw a resized crop or a box; so each raw map
-  (``compute_map``) is upsampled to the region that branch saw (the whole crop for
-  ``brain``, its box for ``hipp_l``/``hipp_r``), placed there on the grid, rescaled so its
-  sum equals the sum of its Grad-CAM over feature positions (a first-order share of the
-  logit, so the three branches are on one scale) and the maps are added. MONAI's default
-  ``postprocessing`` (:func:`monai.visualize.class_activation_maps.default_normalizer`)
-  maps (min, max) to (1, 0), which flips magnitudes: it is replaced by the identity.
-  Non-negative (Grad-CAM's ReLU).
+- ``gradcam``: Grad-CAM at the last pooled feature map of each branch of each 3-branch CNN
+  in the model (three for a single network, three per member of an averaged one), with
+  the activations and gradients that MONAI's ``GradCAM`` hooks record
+  (``ModelWithHooks``), one forward and one backward pass for all branches. Two changes
+  from textbook Grad-CAM, both because one logit is explained across three branches:
+  each feature position's value is the sum over channels of gradient x activation at that
+  position (HiResCAM, Draelos & Carin 2020) rather than of the channel's *mean* gradient x
+  activation, so a position the logit does not read (outside the hippocampus label of a
+  ``roi_pool`` branch, or a flattened feature with no weight) gets nothing, and a branch's
+  map sums to its first-order share of the logit, the same scale for all three; and the map
+  keeps its sign (no ReLU): a branch whose evidence points to the negative class is shown,
+  negative, instead of being cut to zero. With the ReLU, which branches got a map at all
+  depended on the sign of each branch's evidence, which the initial weights set: on the
+  demo's runs the left box got 78-88 % of each group map and the right box 1-6 % for a
+  bilateral disease, trained or re-initialised (docs/interpret.md). For a branch that
+  ends in a global average pool (no label channel) the gradient is the same at every
+  position and the map is signed Grad-CAM. Each branch's map is placed on the region it
+  saw (the whole crop for ``brain``, its box for ``hipp_l``/``hipp_r``; MONAI's upsampler
+  would stretch it over the whole grid), each feature at the centre of its receptive
+  field, and scaled by features / voxels so that its sum on the grid stays its sum over
+  feature positions. Signed: tables and shares use |map|.
 - ``occlusion``: MONAI ``OcclusionSensitivity``: each ``patch``^3 block of the crop (the part
   of the grid the model sees) is set to the subject's mean brain intensity (z-score about 0
   in the model's input) with no overlap; the map is ``logit - logit with the block occluded``
@@ -68,7 +78,8 @@ class MapSettings:
 
 
 def identity(x: Any) -> Any:
-    """GradCAM's ``postprocessing``: keep magnitudes as they are (no flipped normaliser)."""
+    """A ``postprocessing`` for MONAI's ``GradCAM`` that keeps magnitudes as they are (its
+    default normaliser flips them; docs/interpret.md)."""
     return x
 
 
@@ -137,22 +148,27 @@ def to_input_space(raw: torch.Tensor, offset: list[float], jump: list[float],
 
 
 def gradcam_map(grid_model: GridModel, volume: np.ndarray) -> np.ndarray:
-    """Grad-CAM of every branch, mapped back to the voxels that branch saw, summed."""
+    """Signed, element-wise Grad-CAM (HiResCAM) of every branch, mapped back to the voxels
+    that branch saw, summed (see the module docstring)."""
     import torch.nn.functional as F
-    from monai.visualize import GradCAM
+    from monai.visualize.class_activation_maps import ModelWithHooks
 
     layers = branch_layers(grid_model.model)
-    cam = getattr(grid_model, "_gradcam", None)
-    if cam is None:  # built once per model: each GradCAM registers its own hooks
-        cam = GradCAM(nn_module=grid_model, target_layers=[f"model.{n}" for _, n in layers],
-                      postprocessing=identity)
-        grid_model._gradcam = cam
+    hooks = getattr(grid_model, "_gradcam", None)
+    if hooks is None:  # built once per model: it registers its own hooks
+        hooks = ModelWithHooks(grid_model, [f"model.{n}" for _, n in layers],
+                               register_forward=True, register_backward=True)
+        grid_model._gradcam = hooks
+    hooks.activations.clear()
+    hooks.gradients.clear()  # never a gradient left from the previous volume
     data = grid_model.data
-    x = as_batch(volume, grid_model._device())
+    _, acti, grad = hooks(as_batch(volume, grid_model._device()), class_idx=0)
+    if len(grad) != len(layers):
+        raise VolumeRunError("gradcam: a branch's feature map got no gradient")
     out = torch.zeros(tuple(data.grid_shape), dtype=torch.float64)
     crop = grid_model.crop
-    for i, (branch, name) in enumerate(layers):
-        raw = cam.compute_map(x, class_idx=0, layer_idx=i).detach().double().cpu()
+    for (branch, name), a, g in zip(layers, acti, grad):
+        raw = (g * a).sum(1, keepdim=True).detach().double().cpu()  # 1 x 1 x features
         blocks = grid_model.model.get_submodule(name.rsplit(".", 1)[0])
         offset, jump = feature_geometry(blocks, name.rsplit(".", 1)[1])
         if branch == "brain":  # the branch saw the crop resized to brain_size
@@ -165,10 +181,10 @@ def gradcam_map(grid_model: GridModel, volume: np.ndarray) -> np.ndarray:
             box = grid_model.boxes[branch]
             region = tuple(slice(c.start + s.start, c.start + s.stop)
                            for c, s in zip(crop, box))
-        total = float(up.sum())
-        if total > 0:  # density: the branch's Grad-CAM sum spread over the voxels it saw
-            up = up * (float(raw.sum()) / total)
-        out[region] += up
+        # density: each feature's share spread over the voxels it stands for, so the map's
+        # sum on the grid is (up to the edges) its sum over feature positions, signed
+        out[region] += up * (raw.numel() / up.numel())
+    grid_model.model.zero_grad(set_to_none=True)
     return out.numpy().astype(np.float32)
 
 

@@ -37,7 +37,7 @@ from adni_pu.errors import ConfigError, VolumeRunError
 from adni_pu.fileio import atomic_write, atomic_write_text, check_out_dir
 
 REPORT_MARKER = "<!-- adni-pu interpret: generated section -->"
-SIGNED = {"gradcam": False, "occlusion": True, "gradients": False}
+SIGNED = {"gradcam": True, "occlusion": True, "gradients": False}
 
 
 def grid_atlas(data: Any) -> tuple[np.ndarray, np.ndarray]:
