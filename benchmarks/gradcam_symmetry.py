@@ -21,11 +21,16 @@ base commit, then the fix) fills in before and after::
     OMP_NUM_THREADS=1 PYTHONPATH=/tmp/base python benchmarks/gradcam_symmetry.py /tmp/w \\
         --label before
     OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/gradcam_symmetry.py /tmp/w --label after
+    OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/gradcam_symmetry.py /tmp/w --branches-only
+
+``--branches-only`` records each branch's first-order share of the logit per scan (the sum
+of gradient x activation over its last pooled feature map), trained and re-initialised.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -108,6 +113,43 @@ def measure(run: Path, out: Path, split: str) -> dict[str, Any]:
     }
 
 
+def branch_shares(run: Path, split: str) -> list[dict[str, Any]]:
+    """Per scan of ``split``, each branch's first-order share of the logit (the sum over its
+    last pooled feature map of gradient x activation, through MONAI's Grad-CAM hooks), for
+    the trained and the re-initialised network: what each box contributes, whatever the
+    map code."""
+    from monai.visualize.class_activation_maps import ModelWithHooks
+
+    from adni_pu.interpret.grid_model import GridModel, as_batch, load_grid_volume
+    from adni_pu.interpret.maps import branch_layers
+    from adni_pu.workflows.interpret import randomised_copy
+    from adni_pu.workflows.run_folder import load_manifest, load_run
+
+    cfg, model, info = load_run(run, "cpu")
+    manifest = Path(info["manifest"])
+    rows = load_manifest(manifest)
+    rows = rows[rows["split"] == split]
+    out = []
+    for label, net in (("trained", model), ("randomised", randomised_copy(model, 0))):
+        grid_model = GridModel(net, cfg.data)
+        layers = branch_layers(net)
+        hooks = ModelWithHooks(grid_model, [f"model.{n}" for _, n in layers],
+                               register_forward=True, register_backward=True)
+        for _, row in rows.iterrows():
+            path = Path(str(row["scan_path"]))
+            volume, _ = load_grid_volume(path if path.is_absolute() else manifest.parent / path,
+                                         cfg.data)
+            grid_model.set_brain_mask(volume != 0)
+            logit, acti, grad = hooks(as_batch(volume), class_idx=0)
+            entry = {"network": label, "subject_id": str(row["subject_id"]),
+                     "session_id": str(row["session_id"]), "truth": str(row["truth"]),
+                     "logit": round(float(logit.detach()), 4)}
+            entry.update({b: round(float((g * a).sum().detach()), 4)
+                          for (b, _), a, g in zip(layers, acti, grad)})
+            out.append(entry)
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     """Train the two runs if needed, measure them with the code on the path, record."""
     import torch
@@ -116,11 +158,15 @@ def main(argv: list[str] | None = None) -> None:
 
     parser = script_parser(__doc__)
     parser.add_argument("work", type=Path, help="folder of the runs and the maps")
-    parser.add_argument("--label", required=True, help="before or after (the code measured)")
+    parser.add_argument("--label", default="", help="before or after (the code measured)")
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--splits", nargs="+", default=["test"])
+    parser.add_argument("--branches-only", action="store_true",
+                        help="record only each branch's first-order share (no maps, no label)")
     add_out(parser, "gradcam-symmetry.json")
     args = parser.parse_args(argv)
+    if not args.label and not args.branches_only:
+        parser.error("--label: expected before or after (or --branches-only)")
     torch.set_num_threads(1)
     path = Path(args.out)
     results = json.loads(path.read_text()) if path.is_file() else {
@@ -129,11 +175,17 @@ def main(argv: list[str] | None = None) -> None:
     for name in RUNS:
         run = train(args.work, name, args.epochs)
         for split in args.splits:
+            if args.branches_only:
+                results["runs"][name].setdefault("first_order_by_branch", {})[split] = {
+                    "scans": branch_shares(run, split), "date": today(),
+                    "command": command_line("gradcam_symmetry.py", argv)}
+                continue
             out = args.work / name / f"maps-{args.label}-{split}"
             entry = measure(run, out, split)
             entry.update(code=str(code), date=today(), machine=machine(),
-                         command=command_line("gradcam_symmetry.py", argv,
-                                              prefix=f"OMP_NUM_THREADS=1 PYTHONPATH={code.parent} "))
+                         command=command_line("gradcam_symmetry.py", argv, prefix=(
+                             "OMP_NUM_THREADS=1 PYTHONPATH="
+                             f"{os.environ.get('PYTHONPATH', '')}")))
             results["runs"][name].setdefault(args.label, {})[split] = entry
             print(name, args.label, split, json.dumps(entry["groups"]), flush=True)
     write_json(path, results)
