@@ -2,7 +2,7 @@
 bootstrap CI, and the model-randomisation rank correlation (numpy and scipy only).
 
 Map *mass* is ``|map|`` summed over voxels; a group's mass map is the mean of its subjects'
-``|map|`` (for the non-negative Grad-CAM and gradient maps, the group-mean map). A
+``|map|`` (for the non-negative gradient maps, the group-mean map). A
 region's share is its mass over the mass in the analysis mask (the brain voxels the model
 sees), set beside the region's share of the analysis mask's volume. A map that ignores anatomy puts
 about the volume share in every region; a share well above it means the map concentrates
