@@ -16,7 +16,8 @@ def interpret(
                                         help="run folder written by `adni-pu train`")],
     split: Annotated[str, typer.Option(help="manifest split whose scans get maps")] = "test",
     method: Annotated[str, typer.Option(
-        help="gradcam (each branch's Grad-CAM mapped back to the voxels it saw), occlusion "
+        help="gradcam (each branch's signed, element-wise Grad-CAM mapped back to the voxels it "
+             "saw), occlusion "
              "(blocks of --patch voxels set to the mean brain intensity) or gradients "
              "(SmoothGrad through the whole input)")] = "gradcam",
     out: Annotated[Optional[Path], typer.Option(  # noqa: UP045 - typer needs Optional
