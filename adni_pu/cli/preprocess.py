@@ -81,7 +81,7 @@ def preprocess(
     for row in summary.itertuples():
         if row.status in ("failed", "failed-qc"):
             typer.echo(f"  {row.status}: sub-{row.subject_id} ses-{row.session_id}: {row.error}")
-        elif str(getattr(row, "note", "")).startswith("redone"):
+        elif str(getattr(row, "note", "")).startswith(("redone", "reused")):
             typer.echo(f"  {row.status}: sub-{row.subject_id} ses-{row.session_id}: {row.note}")
     notes = summary["note"] if "note" in summary.columns else summary["status"].iloc[:0]
     kept = notes.astype(str).str.startswith("kept from an earlier run")
