@@ -61,6 +61,11 @@ def messy_inputs(tmp_path):
     ]
     (tmp_path / "ADNIMERGE_2024-10-14.csv").write_text("\n".join(clinical) + "\n")
     (tmp_path / "summary.csv").write_text("\n".join(scans) + "\n")
+    for row in scans[1:]:  # the listed volumes are there, but one (scan_file_missing)
+        volume = row.split(",")[4]
+        if volume and volume != "sub-ADNI011S0001/ses-M012/t1.nii.gz":
+            (tmp_path / volume).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / volume).write_text(volume)  # distinct bytes: no leakage
     return tmp_path / "ADNIMERGE_2024-10-14.csv", tmp_path / "summary.csv"
 
 
@@ -75,9 +80,12 @@ def test_messy_inputs_every_issue_reported(tmp_path):
     assert q.count("scan_without_subject") == 2     # unknown subject and empty subject
     assert "011_S_0041" in next(i for i in q if i.kind == "subject_without_scan").examples
     reasons = set(cohort.excluded["reason"])
-    assert {"status failed", "subject not in clinical table", "no subject id"} <= reasons
-    # 60 good scans + the kept scan of 011_S_0040 whose visit is unknown
-    assert len(cohort.manifest) == 61
+    assert {"status failed", "subject not in clinical table", "no subject id",
+            "scan file missing"} <= reasons
+    # 59 good scans (one file missing) + the kept scan of 011_S_0040 whose visit is unknown
+    assert len(cohort.manifest) == 60
+    assert "sub-ADNI011S0001/ses-M012/t1.nii.gz" in set(
+        cohort.excluded.loc[cohort.excluded["reason"] == "scan file missing", "scan_path"])
     assert len(cohort.manifest) + len(cohort.excluded) == len(summary_rows()) - 1 + 4
     check_manifest_splits(cohort.manifest)
     assert list(cohort.manifest.columns[:4]) == ["subject_id", "session_id", "scan_id",

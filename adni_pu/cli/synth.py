@@ -39,7 +39,7 @@ def synth(
                          "layout only")] = "nifti",
     voxel_size: Annotated[float | None, typer.Option(
         help="isotropic voxel size of the scans in mm (ADNI's are about 1; 3, the default, "
-             "is quick)", show_default=False)] = None,
+             "is quick)", show_default="3.0")] = None,
     set_: sets_option("visit_probabilities=[1,0,0] (one MRI visit per subject)") = None,
 ) -> None:
     """Write a synthetic ADNI download (no ADNI data: every subject and value is drawn) and
