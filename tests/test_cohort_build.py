@@ -61,12 +61,20 @@ def messy_inputs(tmp_path):
     ]
     (tmp_path / "ADNIMERGE_2024-10-14.csv").write_text("\n".join(clinical) + "\n")
     (tmp_path / "summary.csv").write_text("\n".join(scans) + "\n")
-    for row in scans[1:]:  # the listed volumes are there, but one (scan_file_missing)
-        volume = row.split(",")[4]
-        if volume and volume != "sub-ADNI011S0001/ses-M012/t1.nii.gz":
-            (tmp_path / volume).parent.mkdir(parents=True, exist_ok=True)
-            (tmp_path / volume).write_text(volume)  # distinct bytes: no leakage
+    # the listed volumes are there, but one (scan_file_missing)
+    write_listed_volumes(tmp_path, scans, skip="sub-ADNI011S0001/ses-M012/t1.nii.gz")
     return tmp_path / "ADNIMERGE_2024-10-14.csv", tmp_path / "summary.csv"
+
+
+def write_listed_volumes(folder, rows: list[str], skip: str = "") -> None:
+    """Write each preprocessed_path of summary ``rows`` (relative to ``folder``; distinct
+    bytes, so the leakage guard sees distinct scans): cohort build leaves out a scan whose
+    file is missing."""
+    for row in rows[1:]:
+        volume = row.split(",")[4]
+        if volume and volume != skip:
+            (folder / volume).parent.mkdir(parents=True, exist_ok=True)
+            (folder / volume).write_text(volume)
 
 
 def test_messy_inputs_every_issue_reported(tmp_path):
