@@ -402,3 +402,23 @@ def test_convert_layout_of_a_file_says_it_is_a_file(tmp_path: Path) -> None:
     assert result.output.strip() == (f"error: {table}: is a file; expected the output folder "
                                      "of adni-pu preprocess (the folder that holds summary.csv)")
     assert table.read_text() == "RID\n1\n"
+
+
+@pytest.mark.parametrize("umask", [0o002, 0o077])
+def test_preprocess_and_convert_layout_outputs_get_the_umasks_mode(
+        tmp_path: Path, monkeypatch, umask: int) -> None:
+    """Every file and folder preprocess and --convert-layout write (summary, sidecars,
+    volumes, the journal's successors) has the mode the umask gives."""
+    old = os.umask(umask)
+    try:
+        out, raw, _ = _old_folder(tmp_path, monkeypatch)  # preprocess, then the old names
+        preprocessed = {p: p.stat().st_mode & 0o7777 for p in [out, *out.rglob("*")]}
+        result = CliRunner().invoke(app, ["preprocess", "--convert-layout", str(out)])
+    finally:
+        os.umask(old)
+    assert result.exit_code == 0, result.output
+    converted = {p: p.stat().st_mode & 0o7777 for p in [out, *out.rglob("*")]}
+    for modes in (preprocessed, converted):
+        for path, mode in modes.items():
+            expected = (0o777 if path.is_dir() else 0o666) & ~umask
+            assert mode == expected, (path, oct(mode))
