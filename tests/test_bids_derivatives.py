@@ -360,6 +360,9 @@ def test_convert_layout_stopped_after_its_last_rename_is_finished_by_the_rerun(
     cut = CliRunner().invoke(app, [*_cohort_inputs(out), str(tmp_path / "coh")])
     assert cut.exit_code == 2 and "no usable scans left (scan_file_missing (1))" in cut.output
     assert not (tmp_path / "coh" / "manifest.csv").exists()
+    refused = CliRunner().invoke(app, ["preprocess", str(raw), str(out)])
+    assert refused.exit_code == 2 and "a conversion to BIDS derivatives names was stopped" \
+        in refused.output and calls == []
     left = out / new["sidecar"]
     tmp = left.parent / f".{left.name}.k2x_9abc.tmp"
     tmp.write_text("{half")

@@ -53,6 +53,10 @@ def refuse_legacy_layout(output: str | Path) -> None:
     """Refuse, in one line naming the conversion, an output folder with scans written in
     the earlier layout (new outputs beside them would leave each scan under two names)."""
     output = Path(output)
+    if (output / JOURNAL).is_file():
+        raise OutputError(f"{output}: a conversion to BIDS derivatives names was stopped "
+                          f"before its end ({JOURNAL} is here); finish it with "
+                          f"`{convert_command(output)}`, then rerun")
     records = legacy_records(output) if output.is_dir() else []
     if records:
         example = records[0].relative_to(output).as_posix().replace(_RECORD, "_T1w_preproc"
