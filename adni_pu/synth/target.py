@@ -89,11 +89,11 @@ def write_in_place(out: Path, writer: Callable[[Path], None]) -> None:
     nothing when this run made it), also after an error, Ctrl-C or SIGTERM."""
     out = prepare_target(Path(out))
     made = not out.exists()
-    out.mkdir(parents=True, exist_ok=True)  # a new folder gets the umask's mode
     tmp: Path | None = None
     moved: list[Path] = []
     try:
         with stop_on_sigterm():
+            out.mkdir(parents=True, exist_ok=True)  # a new folder gets the umask's mode
             tmp = Path(tempfile.mkdtemp(prefix=PARTIAL_PREFIX, dir=out))
             writer(tmp)
             for entry in sorted(tmp.iterdir()):
