@@ -325,3 +325,103 @@ def test_convert_layout_refuses_an_unreadable_record_and_renames_nothing(
     assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
     both = CliRunner().invoke(app, ["preprocess", "in", str(out), "--convert-layout", str(out)])
     assert both.exit_code == 2 and "takes no INPUT" in both.output
+
+
+def _cohort_inputs(out: Path) -> list[str]:
+    """A clinical table for the folder's one subject; the cohort build arguments."""
+    clinical = out.parent / "ADNIMERGE.csv"
+    clinical.write_text("RID,PTID,VISCODE,EXAMDATE,DX_bl,DX,AV45\n"
+                        "1,s1,bl,2010-01-10,AD,Dementia,1.3\n")
+    return ["cohort", "build", str(clinical), str(out / "summary.csv")]
+
+
+def test_convert_layout_stopped_after_its_last_rename_is_finished_by_the_rerun(
+        tmp_path: Path, monkeypatch) -> None:
+    """Hostile round 4, finding 11: a kill after the last rename (every scan renamed, no
+    dataset_description.json, summary.csv naming the old files) is finished by the rerun,
+    which also removes the temporary files a kill leaves."""
+    from adni_pu.preprocessing import legacy_layout
+
+    out, raw, calls = _old_folder(tmp_path, monkeypatch)
+    new = scan_names("s1", "01", "1p5mm")
+
+    def killed(*args):
+        raise KeyboardInterrupt  # stands for kill -9: nothing after the renames runs
+
+    with monkeypatch.context() as patch:
+        patch.setattr(legacy_layout, "_rewrite_summaries", killed)
+        with pytest.raises(KeyboardInterrupt):
+            legacy_layout.convert_layout(out)
+    assert (out / new["preproc"]).is_file() and not (out / "dataset_description.json").exists()
+    assert not Path(pd.read_csv(out / "summary.csv").preprocessed_path[0]).exists()
+    journal = json.loads((out / legacy_layout.JOURNAL).read_text())
+    assert ["sub-s1/ses-01/sub-s1_ses-01_T1w_preproc.nii.gz", new["preproc"]] in journal["renames"]
+    # a cohort built on that summary lists no missing file: all are missing, so it is refused
+    cut = CliRunner().invoke(app, [*_cohort_inputs(out), str(tmp_path / "coh")])
+    assert cut.exit_code == 2 and "no usable scans left (scan_file_missing (1))" in cut.output
+    assert not (tmp_path / "coh" / "manifest.csv").exists()
+    refused = CliRunner().invoke(app, ["preprocess", str(raw), str(out)])
+    assert refused.exit_code == 2 and "a conversion to BIDS derivatives names was stopped" \
+        in refused.output and calls == []
+    left = out / new["sidecar"]
+    tmp = left.parent / f".{left.name}.k2x_9abc.tmp"
+    tmp.write_text("{half")
+    result = CliRunner().invoke(app, ["preprocess", "--convert-layout", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "finished a conversion" in result.output and "removed 1 temporary" in result.output
+    assert not tmp.exists() and not (out / legacy_layout.JOURNAL).exists()
+    assert pd.read_csv(out / "summary.csv").preprocessed_path[0] == str(out / new["preproc"])
+    assert (out / "dataset_description.json").is_file()
+    again = run_preprocessing([raw], out, load_config(None, ["runner.progress=false"]))
+    assert list(again.status) == ["skipped"] and calls == []
+    from adni_pu.cohort import build_cohort, load_cohort_config
+
+    args = _cohort_inputs(out)
+    built = build_cohort(args[2], args[3], load_cohort_config())
+    assert list(built.manifest.scan_path) == [str(out / new["preproc"])]
+
+
+def test_convert_layout_cut_short_by_a_version_without_a_journal_is_finished(
+        tmp_path: Path, monkeypatch) -> None:
+    out, _, _ = _old_folder(tmp_path, monkeypatch)
+    old_volume = pd.read_csv(out / "summary.csv").preprocessed_path[0]
+    assert CliRunner().invoke(app, ["preprocess", "--convert-layout", str(out)]).exit_code == 0
+    (out / "dataset_description.json").unlink()  # the state such a kill left
+    summary = pd.read_csv(out / "summary.csv", dtype=str, keep_default_na=False)
+    summary["preprocessed_path"] = old_volume
+    summary.to_csv(out / "summary.csv", index=False)
+    result = CliRunner().invoke(app, ["preprocess", "--convert-layout", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "finished a conversion" in result.output
+    assert Path(pd.read_csv(out / "summary.csv").preprocessed_path[0]).is_file()
+    assert (out / "dataset_description.json").is_file()
+
+
+def test_convert_layout_of_a_file_says_it_is_a_file(tmp_path: Path) -> None:
+    table = tmp_path / "ADNIMERGE.csv"
+    table.write_text("RID\n1\n")
+    result = CliRunner().invoke(app, ["preprocess", "--convert-layout", str(table)])
+    assert result.exit_code == 2
+    assert result.output.strip() == (f"error: {table}: is a file; expected the output folder "
+                                     "of adni-pu preprocess (the folder that holds summary.csv)")
+    assert table.read_text() == "RID\n1\n"
+
+
+@pytest.mark.parametrize("umask", [0o002, 0o077])
+def test_preprocess_and_convert_layout_outputs_get_the_umasks_mode(
+        tmp_path: Path, monkeypatch, umask: int) -> None:
+    """Every file and folder preprocess and --convert-layout write (summary, sidecars,
+    volumes, the journal's successors) has the mode the umask gives."""
+    old = os.umask(umask)
+    try:
+        out, raw, _ = _old_folder(tmp_path, monkeypatch)  # preprocess, then the old names
+        preprocessed = {p: p.stat().st_mode & 0o7777 for p in [out, *out.rglob("*")]}
+        result = CliRunner().invoke(app, ["preprocess", "--convert-layout", str(out)])
+    finally:
+        os.umask(old)
+    assert result.exit_code == 0, result.output
+    converted = {p: p.stat().st_mode & 0o7777 for p in [out, *out.rglob("*")]}
+    for modes in (preprocessed, converted):
+        for path, mode in modes.items():
+            expected = (0o777 if path.is_dir() else 0o666) & ~umask
+            assert mode == expected, (path, oct(mode))

@@ -283,11 +283,14 @@ def test_cli_out_is_a_file_and_build_prints_issues(tmp_path, tables):
     result = runner.invoke(app, [*args, str(target / "sub")])
     assert result.exit_code == 2 and "lies under" in result.output
     out = tmp_path / "cohort"
+    for i in range(1, 9):  # s9.nii.gz is missing: left out, and said
+        (tables[1].parent / f"s{i}.nii.gz").write_text(f"scan {i}")
     result = runner.invoke(app, [*args, str(out)])
     assert result.exit_code == 0, result.output
     text = result.output
     assert "data-quality issue(s), most severe first:" in text
-    assert "scan_file_missing: 9" in text and "(e.g. " in text      # the issue, not a count
+    assert "scan_file_missing: 1" in text and "(e.g. " in text      # the issue, not a count
+    assert "s9.nii.gz" in (out / "excluded.csv").read_text()
     assert f"{out / 'quality.csv'}" in text
     assert f"next: read cohort_report.md, then adni-pu train {out / 'manifest.csv'}" \
         in text

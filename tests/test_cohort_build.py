@@ -61,7 +61,20 @@ def messy_inputs(tmp_path):
     ]
     (tmp_path / "ADNIMERGE_2024-10-14.csv").write_text("\n".join(clinical) + "\n")
     (tmp_path / "summary.csv").write_text("\n".join(scans) + "\n")
+    # the listed volumes are there, but one (scan_file_missing)
+    write_listed_volumes(tmp_path, scans, skip="sub-ADNI011S0001/ses-M012/t1.nii.gz")
     return tmp_path / "ADNIMERGE_2024-10-14.csv", tmp_path / "summary.csv"
+
+
+def write_listed_volumes(folder, rows: list[str], skip: str = "") -> None:
+    """Write each preprocessed_path of summary ``rows`` (relative to ``folder``; distinct
+    bytes, so the leakage guard sees distinct scans): cohort build leaves out a scan whose
+    file is missing."""
+    for row in rows[1:]:
+        volume = row.split(",")[4]
+        if volume and volume != skip:
+            (folder / volume).parent.mkdir(parents=True, exist_ok=True)
+            (folder / volume).write_text(volume)
 
 
 def test_messy_inputs_every_issue_reported(tmp_path):
@@ -75,9 +88,12 @@ def test_messy_inputs_every_issue_reported(tmp_path):
     assert q.count("scan_without_subject") == 2     # unknown subject and empty subject
     assert "011_S_0041" in next(i for i in q if i.kind == "subject_without_scan").examples
     reasons = set(cohort.excluded["reason"])
-    assert {"status failed", "subject not in clinical table", "no subject id"} <= reasons
-    # 60 good scans + the kept scan of 011_S_0040 whose visit is unknown
-    assert len(cohort.manifest) == 61
+    assert {"status failed", "subject not in clinical table", "no subject id",
+            "scan file missing"} <= reasons
+    # 59 good scans (one file missing) + the kept scan of 011_S_0040 whose visit is unknown
+    assert len(cohort.manifest) == 60
+    assert "sub-ADNI011S0001/ses-M012/t1.nii.gz" in set(
+        cohort.excluded.loc[cohort.excluded["reason"] == "scan file missing", "scan_path"])
     assert len(cohort.manifest) + len(cohort.excluded) == len(summary_rows()) - 1 + 4
     check_manifest_splits(cohort.manifest)
     assert list(cohort.manifest.columns[:4]) == ["subject_id", "session_id", "scan_id",

@@ -49,6 +49,8 @@ def tables(tmp_path):
     clinical.write_text("\n".join(CLINICAL) + "\n")
     scans = tmp_path / "scans.csv"
     scans.write_text("\n".join(SCANS) + "\n")
+    for row in SCANS[1:]:  # the scan files are there (a missing one is left out)
+        (tmp_path / row.split(",")[2]).write_text(row)
     return clinical, scans
 
 

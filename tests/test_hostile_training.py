@@ -294,12 +294,14 @@ def test_a_run_folder_without_a_finished_epoch_is_reused_by_a_rerun(cohort, tmp_
 
 
 def _cohort_inputs(tmp_path: Path, extra_clinical=(), extra_scans=()):
-    from test_cohort_build import clinical_rows, summary_rows
+    from test_cohort_build import clinical_rows, summary_rows, write_listed_volumes
 
     clinical = tmp_path / "ADNIMERGE.csv"
     clinical.write_text("\n".join([*clinical_rows(12), *extra_clinical]) + "\n")
     scans = tmp_path / "summary.csv"
-    scans.write_text("\n".join([*summary_rows(12), *extra_scans]) + "\n")
+    rows = [*summary_rows(12), *extra_scans]
+    scans.write_text("\n".join(rows) + "\n")
+    write_listed_volumes(tmp_path, rows)
     return clinical, scans
 
 

@@ -356,3 +356,41 @@ def test_last_shard_merges_the_shard_summaries(tmp_path: Path, monkeypatch) -> N
     assert list(merged.columns) == SUMMARY_COLUMNS
     assert list(merged.subject_id) == [f"m{i}" for i in range(5)]
     assert set(merged.status) == {"done"} and (merged.error == "").all()
+
+
+def test_resume_keys_on_the_file_and_its_content_not_the_path_as_typed(
+        tmp_path: Path, monkeypatch) -> None:
+    """Hostile round 4, finding 13: a rerun from another working folder, or through a link,
+    skips the scan; a copy with the same content is reused with a note; new content at the
+    same path, or another file's content, is redone."""
+    import shutil
+
+    calls: list[str] = []
+    monkeypatch.setattr(pipe, "_run_steps", _fake_steps(calls))
+    cfg = load_config(None, ONE_WORKER)
+    rel = tmp_path / "rel"
+    (rel / "in").mkdir(parents=True)
+    (rel / "in" / "a.nii").write_bytes(b"head A")
+    monkeypatch.chdir(rel)
+    first = run_preprocessing([Scan("s1", "bl", Path("in/a.nii"))], Path("out"), cfg)
+    assert list(first.status) == ["done"]
+    side = json.loads(next((rel / "out").rglob("*_desc-preproc_T1w.json")).read_text())
+    assert side["input_resolved"] == str(rel / "in" / "a.nii")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "link.nii").symlink_to(rel / "in" / "a.nii")
+    for typed in ("rel/in/a.nii", "rel/./in/../in/a.nii", "link.nii"):
+        again = run_preprocessing([Scan("s1", "bl", Path(typed))], Path("rel/out"), cfg)
+        assert list(again.status) == ["skipped"], typed
+        assert again.note[0] == "", typed
+    shutil.copy(rel / "in" / "a.nii", tmp_path / "copy.nii")
+    copied = run_preprocessing([Scan("s1", "bl", Path("copy.nii"))], Path("rel/out"), cfg)
+    assert list(copied.status) == ["skipped"] and calls == ["s1"]
+    assert copied.note[0].startswith(f"reused: earlier outputs came from {rel / 'in' / 'a.nii'}")
+    (tmp_path / "other.nii").write_bytes(b"head B")
+    other = run_preprocessing([Scan("s1", "bl", Path("other.nii"))], Path("rel/out"), cfg)
+    assert list(other.status) == ["done"] and calls == ["s1", "s1"]
+    assert other.note[0].startswith("redone: earlier outputs came from")
+    (tmp_path / "other.nii").write_bytes(b"head C")  # new content at the same path
+    replaced = run_preprocessing([Scan("s1", "bl", Path("other.nii"))], Path("rel/out"), cfg)
+    assert list(replaced.status) == ["done"] and calls == ["s1", "s1", "s1"]
+    assert "the input changed since its outputs were made" in replaced.note[0]

@@ -81,7 +81,7 @@ def preprocess(
     for row in summary.itertuples():
         if row.status in ("failed", "failed-qc"):
             typer.echo(f"  {row.status}: sub-{row.subject_id} ses-{row.session_id}: {row.error}")
-        elif str(getattr(row, "note", "")).startswith("redone"):
+        elif str(getattr(row, "note", "")).startswith(("redone", "reused")):
             typer.echo(f"  {row.status}: sub-{row.subject_id} ses-{row.session_id}: {row.note}")
     notes = summary["note"] if "note" in summary.columns else summary["status"].iloc[:0]
     kept = notes.astype(str).str.startswith("kept from an earlier run")
@@ -103,11 +103,16 @@ def _convert(folder: Path) -> None:
     from adni_pu.preprocessing.legacy_layout import convert_layout
 
     done = convert_layout(folder)
-    if not done.scans:
+    if done.temporaries:
+        typer.echo(f"removed {done.temporaries} temporary file(s) left by a stopped run")
+    if not done.scans and not done.finished:
         typer.echo(f"{folder}: already in BIDS derivatives names; nothing to convert")
         return
-    typer.echo(f"converted {done.scans} scan(s) in {folder} to BIDS derivatives names "
-               f"({done.files} files renamed; nothing processed again)")
+    if done.finished:
+        typer.echo(f"finished a conversion of {folder} that was stopped before its end")
+    if done.scans:
+        typer.echo(f"converted {done.scans} scan(s) in {folder} to BIDS derivatives names "
+                   f"({done.files} files renamed; nothing processed again)")
     for path in done.summaries:
         typer.echo(f"  {path.name}: preprocessed_path now names the converted volumes")
     if done.summaries:

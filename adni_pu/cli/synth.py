@@ -32,12 +32,14 @@ def synth(
     subjects: Annotated[int, typer.Option(
         help="subjects (adni layout: drawn to ADNI's diagnosis mix exactly; 18 is the fewest "
              "whose default cohort splits all hold labelled positives)")] = 32,
-    seed: Annotated[int, typer.Option(help="seed: same seed and settings, same files")] = 0,
+    seed: Annotated[int, typer.Option(
+        help="seed (a non-negative integer): same seed and settings, same files")] = 0,
     format_: Annotated[str, typer.Option(
         "--format", help="nifti (one .nii per image) or dicom (one .dcm per slice); adni "
                          "layout only")] = "nifti",
-    voxel_size: Annotated[float, typer.Option(
-        help="isotropic voxel size of the scans in mm (ADNI's are about 1; 3 is quick)")] = 3.0,
+    voxel_size: Annotated[float | None, typer.Option(
+        help="isotropic voxel size of the scans in mm (ADNI's are about 1; 3, the default, "
+             "is quick)", show_default="3.0")] = None,
     set_: sets_option("visit_probabilities=[1,0,0] (one MRI visit per subject)") = None,
 ) -> None:
     """Write a synthetic ADNI download (no ADNI data: every subject and value is drawn) and
@@ -46,26 +48,38 @@ def synth(
     """
     from adni_pu import config as cfgmod
     from adni_pu.errors import ConfigError
-    from adni_pu.synth.adni_download import download_config, prepare_target
+    from adni_pu.synth.adni_download import download_config
+    from adni_pu.synth.target import SynthInterrupted, prepare_target
 
     if layout not in ("adni", "bids"):
         raise ConfigError(f"--layout: expected adni or bids, found {layout!r}")
     if layout == "bids" and format_ != "nifti":
         raise ConfigError(f"--format {format_}: the bids layout is NIfTI only; use --layout "
                           "adni for DICOM")
-    values: dict = {"voxel_size": voxel_size}
+    if seed < 0:
+        raise ConfigError(f"--seed: expected a non-negative integer, found {seed}")
+    values: dict = {}
     for text in set_ or []:
         path, value = cfgmod.parse_override(text)
         if len(path) != 1:
             raise ConfigError(f"--set {text}: expected a generator setting such as "
                               "visit_probabilities=[1,0,0] (adni_pu.synth.SynthConfig)")
         values[path[0]] = value
+    if voxel_size is not None:
+        if "voxel_size" in values and values["voxel_size"] != voxel_size:
+            raise ConfigError(f"--voxel-size {voxel_size:g} and --set voxel_size="
+                              f"{values['voxel_size']}: two voxel sizes; give one of them")
+        values["voxel_size"] = voxel_size
     cfg = download_config(values)
     prepare_target(out)  # refused before any image is drawn
-    if layout == "adni":
-        _adni(out, subjects, seed, format_, cfg)
-    else:
-        _bids(out, subjects, seed, cfg)
+    try:
+        if layout == "adni":
+            _adni(out, subjects, seed, format_, cfg)
+        else:
+            _bids(out, subjects, seed, cfg)
+    except SynthInterrupted as stop:  # SIGTERM (Ctrl-C is the app's KeyboardInterrupt)
+        typer.echo(f"\nerror: {stop}", err=True)
+        raise typer.Exit(stop.exit_code) from None
 
 
 def _adni(out: Path, subjects: int, seed: int, fmt: str, cfg: SynthConfig) -> None:
@@ -91,8 +105,9 @@ def _adni(out: Path, subjects: int, seed: int, fmt: str, cfg: SynthConfig) -> No
 
 def _bids(out: Path, subjects: int, seed: int, cfg: SynthConfig) -> None:
     from adni_pu.synth import generate_cohort
-    from adni_pu.synth.adni_download import amyloid_file_name, amyloid_table, write_in_place
+    from adni_pu.synth.adni_download import amyloid_file_name, amyloid_table
     from adni_pu.synth.subjects import make_subjects
+    from adni_pu.synth.target import write_in_place
 
     def write(tmp: Path) -> None:
         generate_cohort(tmp, subjects, seed, cfg)

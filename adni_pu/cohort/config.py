@@ -285,8 +285,8 @@ class CohortConfig:
     amyloid: AmyloidSettings = field(default_factory=AmyloidSettings)
     split: SplitSettings = field(default_factory=SplitSettings)
     output: OutputSettings = field(default_factory=OutputSettings)
-    # Report scan files that do not exist (they are kept: the manifest may be built on
-    # another machine than the one that trains).
+    # Leave out (and list in excluded.csv) scans whose file does not exist; false keeps them
+    # unchecked, for a manifest built on another machine than the one that trains.
     check_scan_files: bool = True
 
     def __post_init__(self) -> None:

@@ -166,6 +166,14 @@ def build_cohort(
     exclude(scan_table["session_id"].isna() & scan_table["scan_date"].isna(),
             "scan_without_visit", "scans with neither a session/visit code nor a date",
             "no session or date")
+    if cfg.check_scan_files:  # a manifest never lists a file that is not there
+        def exists(p: str) -> bool:
+            path = Path(p)
+            return (path if path.is_absolute() else scan_base / path).exists()
+        exclude(~scan_table["scan_path"].map(exists).astype(bool), "scan_file_missing",
+                "scan files that do not exist (relative paths read from the scan table's "
+                "folder; a folder converted or moved since?)", "scan file missing",
+                severity="error")
     if scan_table.empty:
         reasons = ", ".join(f"{i.kind} ({i.count})" for i in quality if i.table == stable)
         raise CohortInputError(f"{scan_name}: no usable scans left ({reasons or 'no rows'}); "
@@ -186,17 +194,6 @@ def build_cohort(
         "date" + scan_table["scan_date"].dt.strftime("%Y%m%d")).fillna("unknown")
     scan_table["scan_id"] = ("sub-" + scan_table["subject_id"] + "_ses-" + session_text
                              + np.where(run > 1, "_run-" + run.astype(str), ""))
-
-    if cfg.check_scan_files:
-        def exists(p: str) -> bool:
-            path = Path(p)
-            return (path if path.is_absolute() else scan_base / path).exists()
-        absent = ~scan_table["scan_path"].map(exists)
-        if absent.any():
-            quality.add("scan_file_missing", stable, int(absent.sum()),
-                        "scan files that do not exist (relative paths read from the scan "
-                        "table's folder)", "kept; check the paths before training",
-                        list(scan_table.loc[absent, "scan_path"]))
 
     # Visits.
     scan_table = match_visits(scan_table, visits, cfg.matching)

@@ -344,15 +344,17 @@ def is_done(scan: Scan, output: str | Path, config_hash: str,
 
 def resume_check(scan: Scan, output: str | Path, config_hash: str,
                  config: PreprocessConfig | None = None) -> tuple[bool, str]:
-    """(done, why not): whether ``scan``'s outputs can be reused, and if not, why.
+    """(done, note): whether ``scan``'s outputs can be reused, and a line for summary.csv's
+    ``note`` saying why not (or what differs when they are reused).
 
     Outputs are reused only when the record (:func:`find_record`; ``config`` gives the
-    grid of the names) says ``done`` with the same settings hash, the
-    same input path and the same input content (SHA-256 of the file, or of the DICOM
-    folder's files; recomputed only when size, times or inode changed), and every output
-    file it lists is there. The reason is ``""`` for a scan without earlier outputs, else
-    one line for summary.csv's ``note`` (an input replaced at the same path is redone and
-    says so, never skipped).
+    grid of the names) says ``done`` with the same settings hash and the same input content
+    (SHA-256 of the file, or of the DICOM folder's files; recomputed only when size, times
+    or inode changed), and every output file it lists is there. The input is keyed by its
+    content, not by its path as typed: the same file reached from another working folder or
+    through another path is reused, with a note naming the earlier path. An input replaced
+    at the same path is redone and says so, never skipped. The note is ``""`` for a scan
+    without earlier outputs.
     """
     from adni_pu.fileio import input_identity
 
@@ -365,8 +367,6 @@ def resume_check(scan: Scan, output: str | Path, config_hash: str,
     if side.get("settings_hash") != config_hash:
         return False, (f"redone: earlier outputs were made with other settings (hash "
                        f"{side.get('settings_hash')}, now {config_hash})")
-    if str(side.get("input_path")) != str(scan.path):
-        return False, f"redone: earlier outputs came from {side.get('input_path')}"
     known = {"sha256": side.get("input_sha256", ""), "stat": side.get("input_stat", "")}
     if not known["sha256"]:
         return False, "redone: earlier outputs do not record their input's content"
@@ -374,7 +374,12 @@ def resume_check(scan: Scan, output: str | Path, config_hash: str,
         now = input_identity(scan.path, known)
     except OSError:
         return False, ""
+    moved = _moved_from(side, scan.path)
     if now["sha256"] != known["sha256"]:
+        if moved:
+            return False, (f"redone: earlier outputs came from {moved} (sha256 "
+                           f"{known['sha256'][:12]}), this input differs (sha256 "
+                           f"{now['sha256'][:12]})")
         return False, (f"redone: the input changed since its outputs were made (sha256 "
                        f"{known['sha256'][:12]} then, {now['sha256'][:12]} now)")
     if side.get("status") != "done":
@@ -382,7 +387,26 @@ def resume_check(scan: Scan, output: str | Path, config_hash: str,
     listed = side.get("outputs", {}).values()  # relative to the dataset root
     if not all((Path(output) / name).is_file() for name in listed):
         return False, "redone: some earlier outputs are missing"
+    if moved:
+        return True, (f"reused: earlier outputs came from {moved}, the same content "
+                      f"(sha256 {known['sha256'][:12]}) as {scan.path}")
     return True, ""
+
+
+def _moved_from(side: dict, path: Path) -> str:
+    """The earlier input's path when the record names another file than ``path`` ("" when
+    it is the same file): compared resolved (``input_resolved``), so a relative path typed
+    from another working folder, or a link to the same file, is the same input. A record
+    without ``input_resolved`` (earlier versions) is compared as typed."""
+    typed = str(side.get("input_path", ""))
+    resolved = side.get("input_resolved")
+    if resolved is None:
+        return "" if typed == str(path) else typed
+    try:
+        here = str(Path(path).resolve())
+    except OSError:
+        here = str(path)
+    return "" if here == str(resolved) else str(resolved)
 
 
 def recorded_sha256(scan: Scan, output: str | Path,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,11 @@ from adni_pu.locking import holding_output_lock
 from .derivatives import LEGACY_SUFFIXES
 
 _RECORD = "_" + LEGACY_SUFFIXES["sidecar"]
+#: The conversion's journal: its planned renames, written (atomically) before the first
+#: one and removed last, so that a conversion stopped at any point is finished by a rerun.
+JOURNAL = ".adni-pu-convert-layout.json"
+#: A temporary file of :func:`adni_pu.fileio.temporary_beside` (``.NAME.XXXXXXXX.tmp``).
+_TEMPORARY = re.compile(r"^\.(?P<name>.+)\.[A-Za-z0-9_]{8}\.tmp$")
 _MASKS = ("brainmask_template", "brainmask_native", "cerebellum_template",
           "cerebellum_native")
 
@@ -47,6 +53,10 @@ def refuse_legacy_layout(output: str | Path) -> None:
     """Refuse, in one line naming the conversion, an output folder with scans written in
     the earlier layout (new outputs beside them would leave each scan under two names)."""
     output = Path(output)
+    if (output / JOURNAL).is_file():
+        raise OutputError(f"{output}: a conversion to BIDS derivatives names was stopped "
+                          f"before its end ({JOURNAL} is here); finish it with "
+                          f"`{convert_command(output)}`, then rerun")
     records = legacy_records(output) if output.is_dir() else []
     if records:
         example = records[0].relative_to(output).as_posix().replace(_RECORD, "_T1w_preproc"
@@ -65,6 +75,10 @@ class Conversion:
     scans: int = 0
     files: int = 0
     summaries: list[Path] = field(default_factory=list)
+    finished: bool = False
+    """True when this run finished a conversion that was stopped (its journal was there)."""
+    temporaries: int = 0
+    """Temporary files left by a stopped run (``.NAME.XXXXXXXX.tmp``) that were removed."""
 
 
 def convert_layout(output: str | Path) -> Conversion:
@@ -73,12 +87,17 @@ def convert_layout(output: str | Path) -> Conversion:
     Every scan record is read first (an unreadable one is refused, naming it, before any
     file moves). Per scan the files are renamed (``os.replace``), the BIDS sidecars and the
     new record (the volume's JSON sidecar, listing the new names) are written atomically,
-    and the old record is removed last: a conversion cut short leaves every scan either
-    converted or still listed by its old record, and running it again finishes it. Then
+    and the old record is removed last. Before the first rename the planned renames are
+    written to a journal (:data:`JOURNAL`), removed when everything is done: a conversion
+    stopped at any point (even after its last rename, before summary.csv was rewritten) is
+    finished by running it again, and the temporary files it left are removed. Then
     summary.csv (and shard summaries) point at the new names, and dataset_description.json
     is written. Holds the folder's lock (no preprocess run may write meanwhile).
     """
     output = Path(output).resolve()
+    if output.exists() and not output.is_dir():
+        raise OutputError(f"{output}: is a file; expected the output folder of adni-pu "
+                          "preprocess (the folder that holds summary.csv)")
     if not output.is_dir():
         raise OutputError(f"folder not found: {output} (expected a folder written by "
                           "adni-pu preprocess)")
@@ -102,16 +121,98 @@ def _convert(output: Path) -> Conversion:
                               "away (or delete it) and convert again; nothing was "
                               "renamed") from exc
         records.append((path, side))
-    if not records and not (output / DESCRIPTION).is_file():
-        raise OutputError(f"{output}: no scans written by adni-pu preprocess found "
-                          f"(expected sub-*/ses-*/sub-*{_RECORD}); nothing was changed")
+    journal = _read_journal(output)
+    if journal is None and not records and not (output / DESCRIPTION).is_file():
+        if not _converted_records(output):
+            raise OutputError(f"{output}: no scans written by adni-pu preprocess found "
+                              f"(expected sub-*/ses-*/sub-*{_RECORD}); nothing was changed")
+        journal = {"renames": []}  # cut short by a version without a journal: finish it
+    done.finished = journal is not None
+    done.temporaries = _remove_temporaries(output)
+    renames = [*(journal or {}).get("renames", []),
+               *(pair for path, side in records for pair in _planned(output, path, side))]
+    if records:  # the plan, on disk before the first rename
+        _write_journal(output, renames)
     for path, side in records:
         done.files += _convert_scan(output, path, side)
         done.scans += 1
-    done.summaries = _rewrite_summaries(output)
-    if records or not (output / DESCRIPTION).is_file():
+    moved = {str(output / old): str(output / new) for old, new in renames}
+    done.summaries = _rewrite_summaries(output, moved)
+    if records or done.finished or not (output / DESCRIPTION).is_file():
         write_description(output, _sources(output))
+    (output / JOURNAL).unlink(missing_ok=True)
     return done
+
+
+def _read_journal(output: Path) -> dict | None:
+    """The journal of a stopped conversion (None when there is none)."""
+    path = output / JOURNAL
+    try:
+        journal = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise OutputError(f"{path}: cannot read the journal of an earlier conversion ({exc}); "
+                          "expected the JSON written by adni-pu preprocess --convert-layout: "
+                          "delete it and convert again") from exc
+    if not isinstance(journal, dict) or not isinstance(journal.get("renames"), list):
+        raise OutputError(f"{path}: expected a journal with a list of renames; delete it and "
+                          "convert again")
+    return journal
+
+
+def _write_journal(output: Path, renames: list) -> None:
+    """Write the planned renames (relative to ``output``) atomically."""
+    import datetime as dt
+
+    from adni_pu.fileio import atomic_write_text
+
+    atomic_write_text(output / JOURNAL, json.dumps({
+        "command": convert_command(output),
+        "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "renames": [list(pair) for pair in renames]}, indent=1))
+
+
+def _converted_records(output: Path) -> list[Path]:
+    """Scan records this conversion wrote (they say ``layout_converted``)."""
+    found = []
+    for path in sorted(output.glob("sub-*/ses-*/anat/sub-*_desc-preproc_T1w.json")):
+        try:
+            if "layout_converted" in json.loads(path.read_text()):
+                found.append(path)
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def _remove_temporaries(output: Path) -> int:
+    """Remove the temporary files a stopped run left (no writer runs: the lock is held)."""
+    removed = 0
+    for folder in [output, *output.glob("sub-*/ses-*"), *output.glob("sub-*/ses-*/anat")]:
+        for path in folder.glob(".*.tmp"):
+            if _TEMPORARY.match(path.name) and path.is_file() and not path.is_symlink():
+                path.unlink()
+                removed += 1
+    return removed
+
+
+def _planned(output: Path, record: Path, side: dict) -> list[tuple[str, str]]:
+    """The renames (old, new; relative to ``output``) of one scan's files that are there."""
+    label = record.name[: -len(_RECORD)]
+    names = _names(record, side)
+    return [((record.parent / f"{label}_{suffix}").relative_to(output).as_posix(), names[kind])
+            for kind, suffix in LEGACY_SUFFIXES.items()
+            if kind != "sidecar" and (record.parent / f"{label}_{suffix}").is_file()]
+
+
+def _names(record: Path, side: dict) -> dict[str, str]:
+    """The BIDS derivatives names of a legacy record's scan."""
+    from . import derivatives as bids
+
+    subject = record.parent.parent.name.removeprefix("sub-")
+    session = record.parent.name.removeprefix("ses-")
+    config = _config(side, record)
+    return bids.scan_names(subject, session, bids.res_label(config.grid.spacing_mm))
 
 
 def _config(side: dict, where: Path) -> Any:
@@ -140,10 +241,8 @@ def _convert_scan(output: Path, record: Path, side: dict) -> int:
     from . import derivatives as bids
 
     label = record.name[: -len(_RECORD)]
-    subject = record.parent.parent.name.removeprefix("sub-")
-    session = record.parent.name.removeprefix("ses-")
     config = _config(side, record)
-    names = bids.scan_names(subject, session, bids.res_label(config.grid.spacing_mm))
+    names = _names(record, side)
     present: set[str] = set()
     renamed = 0
     for kind, suffix in LEGACY_SUFFIXES.items():
@@ -177,9 +276,12 @@ def _convert_scan(output: Path, record: Path, side: dict) -> int:
     return renamed
 
 
-def _new_preproc_path(old: str) -> str:
+def _new_preproc_path(old: str, moved: dict[str, str]) -> str:
     """The converted name of a summary.csv ``preprocessed_path`` in the earlier layout
-    (``old`` itself when it is not one, or its converted file is not there)."""
+    (``old`` itself when it is not one, or its converted file is not there): the journal's
+    rename (``moved``), else the one converted volume beside it."""
+    if old in moved and Path(moved[old]).is_file():
+        return moved[old]
     path = Path(old)
     suffix = "_" + LEGACY_SUFFIXES["preproc"]
     if not old or not path.name.endswith(suffix) or path.is_file():
@@ -189,7 +291,7 @@ def _new_preproc_path(old: str) -> str:
     return str(found[0]) if len(found) == 1 else old
 
 
-def _rewrite_summaries(output: Path) -> list[Path]:
+def _rewrite_summaries(output: Path, moved: dict[str, str]) -> list[Path]:
     """Point summary.csv and shard summaries at the converted volumes; the files changed."""
     from .io import write_outputs
     from .summary import read_summary
@@ -199,7 +301,7 @@ def _rewrite_summaries(output: Path) -> list[Path]:
         if not path.is_file():
             continue
         frame = read_summary(path)
-        new = frame["preprocessed_path"].map(_new_preproc_path)
+        new = frame["preprocessed_path"].map(lambda old: _new_preproc_path(old, moved))
         if (new != frame["preprocessed_path"]).any():
             frame["preprocessed_path"] = new
             buf = io.StringIO()

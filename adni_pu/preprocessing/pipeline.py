@@ -210,7 +210,8 @@ def _sidecar_base(scan: Scan, config: PreprocessConfig, chash: str, timings: dic
     return {
         "scan_label": scan.label,
         **scan.summary_fields(),
-        "input_sha256": identity["sha256"],
+        "input_resolved": str(Path(scan.path).resolve()),  # resume keys on the file, not
+        "input_sha256": identity["sha256"],                # the path as typed
         "input_stat": identity["stat"],
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "settings_hash": chash,

@@ -214,14 +214,14 @@ def run_preprocessing(
     todo = []
     for scan in scans:
         done, why = resume_check(scan, output, chash, config)
+        if why:
+            notes[(scan.subject_id, scan.session_id)] = why
         if done:
             collect({**scan.summary_fields(), "status": "skipped",
                      "preprocessed_path": str(output_paths(scan, output, config)["preproc"]),
                      "error": "", "seconds": 0.0,
                      "input_sha256": recorded_sha256(scan, output, config)})
         else:
-            if why:
-                notes[(scan.subject_id, scan.session_id)] = why
             todo.append(scan)
 
     client = None if dask_scheduler is None or isinstance(dask_scheduler, str) else dask_scheduler

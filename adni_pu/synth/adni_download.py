@@ -27,9 +27,6 @@ has labelled positives to split.
 from __future__ import annotations
 
 import datetime as dt
-import os
-import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,9 +34,10 @@ from typing import Any
 
 import numpy as np
 
-from adni_pu.errors import ConfigError, OutputError
+from adni_pu.errors import ConfigError
 from adni_pu.synth.config import DX_BL_CODES, SynthConfig
 from adni_pu.synth.subjects import Subject, Visit, make_subjects
+from adni_pu.synth.target import write_in_place
 
 #: The generator's settings for a download, as values: the demo's scans (3 mm, published
 #: effect sizes) with ADNI's visit mix (1 to 3 MRI visits) and amyloid PET for 90 %.
@@ -327,40 +325,6 @@ def amyloid_file_name(release: dt.date = AMYLOID_RELEASE) -> str:
 
 
 # ----------------------------------------------------------------------------- writing
-
-
-def prepare_target(out: Path) -> Path:
-    """Refuse a target that is a file or a folder with anything in it (a download is
-    written whole into a new or empty folder, never mixed with other files)."""
-    from adni_pu.fileio import check_out_dir
-
-    check_out_dir(out, "the synthetic download")
-    if out.is_dir():
-        inside = sorted(p.name for p in out.iterdir())
-        if inside:
-            shown = ", ".join(inside[:3]) + (f" and {len(inside) - 3} more"
-                                              if len(inside) > 3 else "")
-            raise OutputError(f"output folder {out}: not empty (holds {shown}); expected a new "
-                              "or empty folder for the synthetic download; choose another "
-                              "folder or remove this one")
-    return out
-
-
-def write_in_place(out: Path, writer: Callable[[Path], None]) -> None:
-    """Run ``writer`` on a temporary folder beside ``out`` and rename it to ``out`` when it
-    is done, so that ``out`` holds a whole download or nothing (also after an error or
-    Ctrl-C: the temporary folder is removed)."""
-    out = prepare_target(Path(out))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
-    try:
-        writer(tmp)
-        if out.is_dir():
-            out.rmdir()  # empty (checked above); fails loudly if something appeared since
-        os.rename(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 @dataclass
