@@ -1,7 +1,7 @@
 """The one leakage guard: each subject, and each scan's content, in one split only.
 
 Two rows are the same subject when their ids have one canonical form
-(:func:`~adni_pu.cohort.tables.normalise_subject_id`: ``002_S_0004`` and
+(:func:`~adni_pu.cohort.ids.normalise_subject_id`: ``002_S_0004`` and
 ``sub-ADNI002S0004`` are one subject), and the same scan when their files hold the same
 bytes (SHA-256; a file that cannot be read is keyed by its resolved path). So a test
 subject's scan listed in train under another id, or a training subject spelled another way
@@ -37,7 +37,7 @@ _SHOWN = 5
 
 def canonical_id(value: object) -> str:
     """The canonical subject id (``""`` for an empty one)."""
-    from adni_pu.cohort.tables import normalise_subject_id
+    from adni_pu.cohort.ids import normalise_subject_id
 
     return normalise_subject_id(value) or ""
 
