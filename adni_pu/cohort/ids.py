@@ -14,6 +14,7 @@ are (less a BIDS ``sub-`` prefix).
 from __future__ import annotations
 
 import re
+import warnings
 from typing import Any
 
 from adni_pu.cohort.values import _missing
@@ -21,7 +22,7 @@ from adni_pu.errors import AdniPuWarning
 
 #: An ADNI PTID in any spelling: an optional ``sub-`` and ``ADNI`` prefix, the 3-digit site,
 #: ``S`` and the roster number (4 digits; ADNI4 has 5), with ``_``, ``-`` or nothing between.
-_PTID = re.compile(r"^(?:sub-)?(?:ADNI)?(\d{3})_?S_?(\d{4})$", re.IGNORECASE)
+_PTID = re.compile(r"^(?:sub-)?(?:ADNI)?[_-]?(\d{3})[_-]?S[_-]?(\d{4,5})$", re.IGNORECASE)
 #: What a PTID spelled wrongly looks like: digits, ``S`` and a digit, with separators or
 #: the ``ADNI`` prefix (``02_S_4``, ``002_S_04x``, ``ADNI_2_S_4``).
 _PTID_LIKE = re.compile(r"^(?:sub-)?(?:ADNI[_-]?)?\d{1,6}[_-]?S[_-]?\d[\w-]*$", re.IGNORECASE)
@@ -50,6 +51,11 @@ def normalise_subject_id(value: Any) -> str | None:
         return f"{match.group(1)}_S_{match.group(2)}"
     if _RID.match(text):
         return str(int(float(text)))
+    if _PTID_LIKE.match(text):
+        warnings.warn(f"subject id {text!r} looks like an ADNI PTID but is not one (expected "
+                      "NNN_S_NNNN: a 3-digit site, S and a 4- or 5-digit roster number, as "
+                      "002_S_0004); it is kept as written, so it matches no other spelling "
+                      "of its subject", SubjectIdWarning, stacklevel=2)
     if text.lower().startswith("sub-"):
         text = text[4:]
     return text or None
