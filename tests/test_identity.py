@@ -294,3 +294,19 @@ def test_one_image_twice_in_a_split_under_two_subjects_is_refused(cohort):
     table = pd.concat([frame, extra.to_frame().T], ignore_index=True)
     with pytest.raises(ManifestError, match=r"val: line \d+ .*888_S_8888"):
         check_manifest_leakage(table, cohort["root"], cohort["root"] / "m.csv")
+
+
+def test_preprocessing_refuses_one_subject_and_session_under_two_spellings(tmp_path):
+    from adni_pu.errors import ScanError
+    from adni_pu.preprocessing.io import discover_scans
+
+    for name in ("a.nii", "b.nii", "c.nii"):
+        (tmp_path / name).write_bytes(b"")
+    listing = tmp_path / "scans.csv"
+    listing.write_text("subject,session,path\n002_S_0004,bl,a.nii\n003_S_0005,bl,c.nii\n"
+                       "ADNI_002_S_0004,bl,b.nii\n")
+    with pytest.raises(ScanError, match="are both subject 002_S_0004, session bl"):
+        discover_scans(listing)
+    listing.write_text("subject,session,path\n002_S_0004,bl,a.nii\n"
+                       "ADNI_002_S_0004,m12,b.nii\n")
+    assert len(discover_scans(listing)) == 2  # another session of the subject is fine
