@@ -23,6 +23,7 @@ from adni_pu.fileio import atomic_write_text, sha256_file
 from adni_pu.pu.metrics import METRIC_LABELS, PU_METRICS, format_ci, logit, sigmoid
 from adni_pu.pu.plots import roc_plot
 from adni_pu.workflows.run_folder import load_manifest, load_run, manifest_file, score_dataset
+from adni_pu.workflows.volume_data import scans_by_subject
 from adni_pu.workflows.volume_settings import VolumeTrainConfig
 
 METRICS = ("accuracy", "balanced_accuracy", "auc", "sensitivity", "specificity")
@@ -50,12 +51,7 @@ def evaluate_run(run_dir: str | Path, split: str = "test", manifest: str | Path 
     """
     import pandas as pd
 
-    from adni_pu.cohort.leakage import (
-        assert_no_leakage,
-        canonical_id,
-        refuse_repeated_images,
-        scan_table,
-    )
+    from adni_pu.cohort.leakage import assert_no_leakage, refuse_repeated_images, scan_table
     from adni_pu.data.volumes import build_volume_dataset
     from adni_pu.pu.metrics import bootstrap_ci
 
@@ -90,7 +86,7 @@ def evaluate_run(run_dir: str | Path, split: str = "test", manifest: str | Path 
     truth = pd.to_numeric(rows["truth"], errors="coerce").astype(float).to_numpy()
     pu_label = pd.to_numeric(rows["pu_label"], errors="coerce").fillna(0).astype(int).to_numpy()
     # one subject, whatever the spelling of its id (002_S_0004 = ADNI_002_S_0004)
-    canonical = [canonical_id(s) or str(s) for s in rows["subject_id"]]
+    canonical = scans_by_subject(rows)["subject_id"]
     scans = pd.DataFrame({"subject_id": canonical, "session_id": rows["session_id"],
                           "scan_path": rows["scan_path"], "pu_label": pu_label, "truth": truth,
                           "logit": logits,

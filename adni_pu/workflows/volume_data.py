@@ -35,6 +35,7 @@ def cohort_prior(manifest: Any) -> tuple[float, int, int]:
     prior = float(pd.to_numeric(known).mean())
     return prior, int(len(known)), n_unknown
 
+
 def scans_by_subject(frame: Any) -> Any:
     """``frame`` with each ``subject_id`` in its canonical form
     (:func:`~adni_pu.cohort.ids.normalise_subject_id`), so a subject spelled two ways
