@@ -181,7 +181,8 @@ def test_discovery_settings_survive_the_saved_config(tmp_path: Path) -> None:
 
 
 def _fake_steps(scan, paths, config, timings):
-    return {paths["preproc"]: b"volume", paths["qc"]: b"png"}, "done", [], {}
+    # each scan's own output: one image twice in a split is refused by the cohort builder
+    return {paths["preproc"]: b"volume " + scan.label.encode(), paths["qc"]: b"png"}, "done", [], {}
 
 
 CLINICAL = """RID,PTID,VISCODE,EXAMDATE,DX_bl,DX,AGE,PTGENDER,AV45,FBB,PIB

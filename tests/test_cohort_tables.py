@@ -6,15 +6,10 @@ import pandas as pd
 import pytest
 
 from adni_pu.cohort.config import ClinicalColumns, ScanColumns
+from adni_pu.cohort.ids import normalise_subject_id
 from adni_pu.cohort.quality import CohortInputError, QualityReport
-from adni_pu.cohort.tables import (
-    load_clinical,
-    load_scans,
-    normalise_diagnosis,
-    normalise_subject_id,
-    normalise_visit,
-    parse_dates,
-)
+from adni_pu.cohort.tables import load_clinical, load_scans
+from adni_pu.cohort.values import normalise_diagnosis, normalise_visit, parse_dates
 
 HEADER = "RID,PTID,VISCODE,EXAMDATE,DX_bl,DX,AGE,PTGENDER,AV45,FBB,PIB"
 

@@ -20,7 +20,7 @@ from volume_helpers import make_volume_cohort, tiny_overrides
 
 from adni_pu.cli.app import app
 from adni_pu.cohort import read_manifest
-from adni_pu.cohort.tables import normalise_subject_id
+from adni_pu.cohort.ids import normalise_subject_id
 from adni_pu.errors import ConfigError, LeakageError, ManifestError, ResumeError
 from adni_pu.workflows.evaluate import evaluate_run
 from adni_pu.workflows.train import train_volumes

@@ -43,7 +43,7 @@ def build(
 ) -> None:
     """Match scans to visits and amyloid measures, label subjects, split them, write OUT."""
     from adni_pu.cohort import build_cohort, load_cohort_config, write_cohort
-    from adni_pu.cohort.manifest import check_out_dir
+    from adni_pu.cohort.files import check_out_dir
 
     clinical = positional_path(clinical, clinical_opt, "CLINICAL", "--clinical")
     scans = positional_path(scans, scans_opt, "SCANS", "--scans")

@@ -21,16 +21,10 @@ from adni_pu.cohort.config import (
     SplitSettings,
     load_cohort_config,
 )
+from adni_pu.cohort.files import read_manifest, report_from_path, write_cohort, write_manifest
+from adni_pu.cohort.ids import SubjectIdWarning, normalise_subject_id
 from adni_pu.cohort.leakage import check_manifest_leakage
-from adni_pu.cohort.manifest import (
-    MANIFEST_COLUMNS,
-    Cohort,
-    build_cohort,
-    read_manifest,
-    report_from_path,
-    write_cohort,
-    write_manifest,
-)
+from adni_pu.cohort.manifest import MANIFEST_COLUMNS, Cohort, build_cohort
 from adni_pu.cohort.quality import CohortInputError, Issue, QualityReport
 from adni_pu.cohort.report import (
     class_prior_table,
@@ -48,7 +42,7 @@ from adni_pu.cohort.splits import (
     kfold,
 )
 from adni_pu.cohort.suvr import CORTICAL_COMPOSITE, SuvrError, compute_suvr, suvr_table
-from adni_pu.cohort.tables import normalise_diagnosis, normalise_subject_id, normalise_visit
+from adni_pu.cohort.values import normalise_diagnosis, normalise_visit
 
 __all__ = [
     "pu_summary",
@@ -56,7 +50,7 @@ __all__ = [
     "AmyloidSettings", "CORTICAL_COMPOSITE", "MANIFEST_COLUMNS", "LABEL_PRESETS",
     "PRESET_DESCRIPTIONS", "Cohort", "CohortConfig", "CohortInputError", "Issue",
     "LabelSettings", "LeakageError", "MatchingSettings", "QualityReport", "SplitSettings",
-    "SuvrError", "assert_manifest_no_leakage", "assert_no_leakage", "assign_splits",
+    "SubjectIdWarning", "SuvrError", "assert_manifest_no_leakage", "assert_no_leakage", "assign_splits",
     "build_cohort", "check_manifest_leakage", "check_manifest_splits", "class_prior_table",
     "compute_suvr", "counts_table", "kfold", "load_amyloid_tables", "load_cohort_config",
     "normalise_diagnosis", "normalise_subject_id", "normalise_visit", "read_amyloid_table",

@@ -27,18 +27,16 @@ import pandas as pd
 
 from adni_pu.cohort.amyloid_rules import MeasureRule, merge_same_scan
 from adni_pu.cohort.config import MEASURE_TRACERS, AmyloidSettings, LabelSettings
+from adni_pu.cohort.ids import is_rid, normalise_subject_id
 from adni_pu.cohort.quality import CohortInputError, QualityReport
 from adni_pu.cohort.tables import (
     _drop_exact_duplicates,
-    _missing,
     _report_bad,
     apply,
-    is_rid,
-    normalise_subject_id,
-    parse_numbers,
     read_dates,
     read_table,
 )
+from adni_pu.cohort.values import _missing, parse_numbers
 
 #: Columns of a measure table, in the order build_cohort uses them.
 MEASURE_COLUMNS = ("subject_id", "date", "tracer", "suvr", "centiloid", "status", "source")

@@ -1,21 +1,26 @@
-"""The one leakage guard: each subject, and each scan's content, in one split only.
+"""The one leakage guard: each subject, and each image, in one split only, and each image once.
 
 Two rows are the same subject when their ids have one canonical form
-(:func:`~adni_pu.cohort.tables.normalise_subject_id`: ``002_S_0004`` and
+(:func:`~adni_pu.cohort.ids.normalise_subject_id`: ``002_S_0004``, ``ADNI_002_S_0004`` and
 ``sub-ADNI002S0004`` are one subject), and the same scan when their files hold the same
-bytes (SHA-256; a file that cannot be read is keyed by its resolved path). So a test
-subject's scan listed in train under another id, or a training subject spelled another way
-in val, is caught, not just a repeated raw id.
+image (:func:`~adni_pu.data.image_identity.image_key`: the decoded voxels, grid and
+orientation, so a gunzipped or re-gzipped copy is caught; the file's SHA-256 is the fast
+first check, and a file that cannot be decoded is keyed by its bytes, one that cannot be
+read by its resolved path). So a test subject's scan listed in train under another id, a
+training subject spelled another way in val, or one image listed twice in a split (a
+symlink or a copy under another session) is caught, not just a repeated raw id.
 
-- :func:`check_manifest_leakage` checks every pair of a manifest's splits; training calls
-  it before its run folder exists, and the cohort builder before it writes anything.
+- :func:`check_manifest_leakage` checks every pair of a manifest's splits, and each split
+  for an image listed twice; training calls it before its run folder exists, and the
+  cohort builder before it writes anything.
 - :func:`scan_table` gives the keys of a manifest's rows; training keeps those of its train
   and val rows as ``RUN/scans.csv`` (:data:`RUN_RECORD`).
 - :func:`assert_no_leakage` checks rows to be evaluated against what a run trained or
-  selected on (its record, or bare subject ids).
+  selected on (its record, or bare subject ids). A record written before image keys were
+  kept (no ``image_key`` column) is compared by file hash.
 
-Every violation raises :class:`~adni_pu.errors.LeakageError` naming the ids, the rows or
-files and the splits.
+Every leak raises :class:`~adni_pu.errors.LeakageError` naming the ids, the rows or files
+and the splits; an image twice in one split raises :class:`~adni_pu.errors.ManifestError`.
 """
 
 from __future__ import annotations
@@ -26,18 +31,18 @@ from typing import Any
 
 import pandas as pd
 
-from adni_pu.errors import LeakageError
+from adni_pu.errors import LeakageError, ManifestError
 
 #: The run folder's record of the scans a run trained and selected on.
 RUN_RECORD = "scans.csv"
 RECORD_COLUMNS: tuple[str, ...] = ("split", "subject_id", "canonical_id", "session_id",
-                                   "scan_path", "file", "sha256")
+                                   "scan_path", "file", "sha256", "image_key")
 _SHOWN = 5
 
 
 def canonical_id(value: object) -> str:
     """The canonical subject id (``""`` for an empty one)."""
-    from adni_pu.cohort.tables import normalise_subject_id
+    from adni_pu.cohort.ids import normalise_subject_id
 
     return normalise_subject_id(value) or ""
 
@@ -65,14 +70,32 @@ def content_key(file: Path, cache: dict[Path, str] | None = None) -> str:
     return key
 
 
+def image_content_key(file: Path, file_key: str, cache: dict[str, str] | None = None) -> str:
+    """The key of the image in ``file``: ``image:<hex>`` of its decoded content
+    (:func:`~adni_pu.data.image_identity.image_key`), or ``file_key`` (its bytes' or path's
+    key) when it is no readable NIfTI file. ``cache`` (file key -> image key) decodes the
+    same bytes once: same bytes, same image."""
+    if not file_key.startswith("sha256:"):
+        return file_key
+    if cache is not None and file_key in cache:
+        return cache[file_key]
+    from adni_pu.data.image_identity import image_key
+
+    key = image_key(file) or file_key
+    if cache is not None:
+        cache[file_key] = key
+    return key
+
+
 def scan_table(frame: pd.DataFrame, base: Path | None = None, hash_files: bool = True,
                source: str | Path | None = None) -> pd.DataFrame:
     """The guard's keys of each manifest row: ``split, subject_id, canonical_id,
-    session_id, scan_path, file, sha256`` and ``where`` (``line 5``, or ``row 4`` of a
-    Parquet ``source``).
+    session_id, scan_path, file, sha256, image_key`` and ``where`` (``line 5``, or ``row 4``
+    of a Parquet ``source``).
 
-    ``file`` is the resolved scan path (relative paths from ``base``); ``sha256`` its
-    content key (:func:`content_key`), or the path key when ``hash_files`` is false or the
+    ``file`` is the resolved scan path (relative paths from ``base``); ``sha256`` its file
+    key (:func:`content_key`) and ``image_key`` its image's key
+    (:func:`image_content_key`), or both the path key when ``hash_files`` is false or the
     frame has no ``scan_path``. ``frame`` keeps the index it was read with, so ``where``
     names the file's line.
     """
@@ -83,6 +106,9 @@ def scan_table(frame: pd.DataFrame, base: Path | None = None, hash_files: bool =
     cache: dict[Path, str] = {}
     keys = [("" if f is None else content_key(f, cache) if hash_files else f"path:{f}")
             for f in files]
+    images: dict[str, str] = {}
+    image_keys = [image_content_key(f, k, images) if f is not None and hash_files else k
+                  for f, k in zip(files, keys)]
     return pd.DataFrame({
         "split": frame["split"].astype(str).to_numpy() if "split" in frame else "",
         "subject_id": frame["subject_id"].astype(str).to_numpy(),
@@ -92,15 +118,23 @@ def scan_table(frame: pd.DataFrame, base: Path | None = None, hash_files: bool =
         "scan_path": frame["scan_path"].astype(str).to_numpy() if has_paths else "",
         "file": ["" if f is None else str(f) for f in files],
         "sha256": keys,
+        "image_key": image_keys,
         "where": [f"line {i + 2}" if source is not None and not parquet
                   and pd.api.types.is_integer(i) else f"row {i}" for i in index],
     })
 
 
-def find_leaks(table: pd.DataFrame, pairs: Iterable[tuple[str, str]] | None = None
-               ) -> list[tuple[str, str, pd.DataFrame]]:
+def scan_column(*tables: pd.DataFrame) -> str:
+    """The column scans are compared by: ``image_key`` where every table has one, else
+    ``sha256`` (the file hashes of a run record written before image keys were kept)."""
+    return ("image_key" if all("image_key" in tb.columns for tb in tables) else "sha256")
+
+
+def find_leaks(table: pd.DataFrame, pairs: Iterable[tuple[str, str]] | None = None,
+               by: str | None = None) -> list[tuple[str, str, pd.DataFrame]]:
     """Keys found in more than one ``group`` of ``table``: ``(kind, key, rows)`` with kind
-    ``"subject"`` (canonical id) or ``"scan"`` (content key), subjects first.
+    ``"subject"`` (canonical id) or ``"scan"`` (the image key, or ``by``: ``sha256``),
+    subjects first.
 
     ``pairs`` limits the check to those pairs of groups (default: every pair). A scan
     whose rows are all one subject already reported is not reported again.
@@ -108,7 +142,7 @@ def find_leaks(table: pd.DataFrame, pairs: Iterable[tuple[str, str]] | None = No
     wanted = None if pairs is None else {frozenset(p) for p in pairs}
     found: list[tuple[str, str, pd.DataFrame]] = []
     reported: set[str] = set()
-    for kind, column in (("subject", "canonical_id"), ("scan", "sha256")):
+    for kind, column in (("subject", "canonical_id"), ("scan", by or scan_column(table))):
         rows = table[table[column].astype(str) != ""]
         groups: dict[str, set[str]] = {}
         for key, group in zip(rows[column], rows["group"]):
@@ -141,6 +175,8 @@ def _describe(kind: str, key: str, rows: pd.DataFrame) -> str:
         label = f"subject {key}"
     elif key.startswith("sha256:"):
         label = f"one scan (sha256 {key[7:19]}...)"
+    elif key.startswith("image:"):
+        label = f"one image (decoded content {key[6:18]}...)"
     else:
         label = f"one scan file ({key[5:]})"
     return f"{label}: {groups} ({parts})"
@@ -168,9 +204,34 @@ def check_manifest_leakage(frame: pd.DataFrame, base: Path | None = None,
         more = f" ... ({len(leaks) - _SHOWN} more)" if len(leaks) > _SHOWN else ""
         raise LeakageError(
             f"{where}data leakage: {counts} in more than one split: {shown}{more}. Each "
-            "subject (whatever the spelling of its id) and each scan file's content belongs "
-            "in one split; rebuild the cohort, or move or remove these rows")
+            "subject (whatever the spelling of its id) and each image (whatever the file it "
+            "is saved in) belongs in one split; rebuild the cohort, or move or remove these "
+            "rows")
+    refuse_repeated_images(table, source)
     return table
+
+
+def refuse_repeated_images(table: pd.DataFrame, source: str | Path | None = None) -> None:
+    """Refuse one image on several rows of one split (a :func:`scan_table` with ``group``):
+    a symlink, a copy or a re-saved file listed again, under the same subject or another,
+    would count that image twice in training or in the metrics. Raises
+    :class:`ManifestError` naming the rows."""
+    column = scan_column(table)
+    rows = table[table[column].astype(str) != ""]
+    twice = rows[rows.duplicated(["group", column], keep=False)]
+    if twice.empty:
+        return
+    groups = [g for _, g in twice.groupby(["group", column], sort=False)]
+    shown = "; ".join(
+        f"{g['group'].iloc[0]}: " + ", ".join(
+            f"{r.where} {r.scan_path} (subject {r.subject_id}, session {r.session_id})"
+            for r in g.head(_SHOWN).itertuples()) for g in groups[:_SHOWN])
+    more = f" ... ({len(groups) - _SHOWN} more)" if len(groups) > _SHOWN else ""
+    where = f"manifest {source}: " if source is not None else ""
+    raise ManifestError(
+        f"{where}column scan_path: expected each image once; found {len(groups)} image(s) "
+        f"on several rows of one split ({shown}{more}): the same image (by its decoded "
+        "content, whatever the file) would count twice. Keep one row per image")
 
 
 def assert_no_leakage(
@@ -190,7 +251,8 @@ def assert_no_leakage(
     seen (``seen_in``) and what to do (``advice``).
     """
     seen, evaluated = _as_table(train_subjects, "seen"), _as_table(eval_subjects, "evaluated")
-    leaks = find_leaks(pd.concat([seen, evaluated], ignore_index=True))
+    by = scan_column(seen, evaluated)
+    leaks = find_leaks(pd.concat([seen, evaluated], ignore_index=True), by=by)
     subjects = [key for kind, key, _ in leaks if kind == "subject"]
     if subjects:
         shown = ", ".join(subjects[:20]) + (f" ... ({len(subjects) - 20} more)"
@@ -207,8 +269,9 @@ def assert_no_leakage(
 
         shown = "; ".join(pair(r) for r in scans[:_SHOWN]) + (
             f" ... ({len(scans) - _SHOWN} more)" if len(scans) > _SHOWN else "")
+        how = "decoded content" if by == "image_key" else "sha256"
         raise LeakageError(f"data leakage: {len(scans)} {what} scan(s) hold the same image "
-                           f"(sha256) as scans of {seen_in}, under other subject ids: "
+                           f"({how}) as scans of {seen_in}, under other subject ids: "
                            f"{shown}. {advice}")
 
 
@@ -218,15 +281,19 @@ def _as_table(side: Iterable[object] | pd.DataFrame, group: str) -> pd.DataFrame
         for column in ("scan_path", "where", "sha256", "subject_id"):
             if column not in table:
                 table[column] = ""
-        if "canonical_id" not in table:
-            table["canonical_id"] = [canonical_id(s) for s in table["subject_id"]]
+        # recomputed, not read: a run record keeps the canonical ids of the parser it was
+        # written with, and the evaluated ids are compared with today's
+        table["canonical_id"] = [canonical_id(s) for s in table["subject_id"]]
         table["sha256"] = table["sha256"].fillna("").astype(str)
+        if "image_key" in table:
+            table["image_key"] = table["image_key"].fillna("").astype(str)
         table["canonical_id"] = table["canonical_id"].fillna("").astype(str)
     else:
         ids = [s for s in side]
         table = pd.DataFrame({"subject_id": [str(s) for s in ids],
                               "canonical_id": [canonical_id(s) for s in ids],
-                              "sha256": "", "scan_path": "", "where": ""})
+                              "sha256": "", "image_key": "", "scan_path": "",
+                              "where": ""})
     table["group"] = group
     return table
 

@@ -145,7 +145,7 @@ def _refuse_contradictions(frame: pd.DataFrame, path: Path, csv: bool) -> None:
     """Refuse a subject (by canonical id: ``002_S_0004`` = ``sub-ADNI002S0004``) whose
     rows disagree on a per-subject label (:data:`SUBJECT_COLUMNS`; an empty truth is not
     a disagreement): which one training used would depend on the row order."""
-    from adni_pu.cohort.tables import normalise_subject_id
+    from adni_pu.cohort.ids import normalise_subject_id
 
     subject = frame["subject_id"].map(lambda v: normalise_subject_id(v) or "")
     for column in SUBJECT_COLUMNS:

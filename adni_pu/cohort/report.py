@@ -1,7 +1,7 @@
 """The cohort report: counts per split and label, class prior, SUVR histogram, data quality.
 
 Everything is computed from the manifest and what is passed in; reading a cohort folder
-(``report_from_path``) and writing one (``write_cohort``) live in ``cohort.manifest``,
+(``report_from_path``) and writing one (``write_cohort``) live in ``cohort.files``,
 which calls this module (never the other way round).
 """
 

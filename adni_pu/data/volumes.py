@@ -344,7 +344,7 @@ def _read_manifest(manifest: Any, base_dir: str | Path | None):
     import pandas as pd
 
     if isinstance(manifest, (str, Path)):
-        from adni_pu.cohort.manifest import read_manifest  # the one manifest reader
+        from adni_pu.cohort.files import read_manifest  # the one manifest reader
 
         path = Path(manifest)
         frame = read_manifest(path)

@@ -185,7 +185,13 @@ def discover(
 
 
 def _check_unique(scans: list[Scan]) -> list[Scan]:
+    """Refuse two scans with one output name, or one subject (by canonical id:
+    ``002_S_0004`` = ``ADNI_002_S_0004``) and session under two spellings of its id: the
+    second would be preprocessed again under another name and counted as another scan."""
+    from adni_pu.cohort.ids import normalise_subject_id
+
     seen: dict[str, Path] = {}
+    spelled: dict[tuple[str, str], Scan] = {}
     for scan in scans:
         key = scan.label
         if key in seen:
@@ -194,6 +200,14 @@ def _check_unique(scans: list[Scan]) -> list[Scan]:
                 "give them distinct subject/session ids (e.g. with a CSV)"
             )
         seen[key] = scan.path
+        subject = normalise_subject_id(scan.subject_id) or scan.subject_id
+        first = spelled.setdefault((subject, scan.session_id), scan)
+        if first.subject_id != scan.subject_id:
+            raise ScanError(
+                f"two scans are one subject and session under two spellings of its id: "
+                f"{first.path} ({first.subject_id!r}) and {scan.path} ({scan.subject_id!r}) "
+                f"are both subject {subject}, session {scan.session_id}; give them distinct "
+                "session ids (e.g. with a CSV), or remove one")
     return scans
 
 

@@ -23,6 +23,7 @@ from adni_pu.fileio import atomic_write_text, sha256_file
 from adni_pu.pu.metrics import METRIC_LABELS, PU_METRICS, format_ci, logit, sigmoid
 from adni_pu.pu.plots import roc_plot
 from adni_pu.workflows.run_folder import load_manifest, load_run, manifest_file, score_dataset
+from adni_pu.workflows.volume_data import scans_by_subject
 from adni_pu.workflows.volume_settings import VolumeTrainConfig
 
 METRICS = ("accuracy", "balanced_accuracy", "auc", "sensitivity", "specificity")
@@ -50,7 +51,7 @@ def evaluate_run(run_dir: str | Path, split: str = "test", manifest: str | Path 
     """
     import pandas as pd
 
-    from adni_pu.cohort.leakage import assert_no_leakage, scan_table
+    from adni_pu.cohort.leakage import assert_no_leakage, refuse_repeated_images, scan_table
     from adni_pu.data.volumes import build_volume_dataset
     from adni_pu.pu.metrics import bootstrap_ci
 
@@ -65,11 +66,13 @@ def evaluate_run(run_dir: str | Path, split: str = "test", manifest: str | Path 
     if rows.empty:
         raise VolumeRunError(f"{mpath}: no rows in split {split!r}; splits found: "
                              f"{sorted(set(frame['split']))}")
-    # the run's record of its train and val scans (ids and contents; ids alone for runs
-    # made before the record), against the scored rows: by canonical id and by content
+    # the run's record of its train and val scans (ids and image keys; file hashes for
+    # runs made before image keys, ids alone before the record), against the scored rows:
+    # by canonical id and by image; and each scored image once
     seen = run_record(run_dir)
     scored = scan_table(frame[frame["split"] == split], mpath.parent, source=mpath)
     scored["where"] = mpath.name + " " + scored["where"]
+    refuse_repeated_images(scored.assign(group=split), mpath)
     for used, seen_in, advice in (
             ("train", "the run's training split", "Evaluate on subjects the run never saw "
              "(splits must be by subject)."),
@@ -82,7 +85,9 @@ def evaluate_run(run_dir: str | Path, split: str = "test", manifest: str | Path 
     logits = score_dataset(model, dataset, max(cfg.train.batch_size, 2))
     truth = pd.to_numeric(rows["truth"], errors="coerce").astype(float).to_numpy()
     pu_label = pd.to_numeric(rows["pu_label"], errors="coerce").fillna(0).astype(int).to_numpy()
-    scans = pd.DataFrame({"subject_id": rows["subject_id"], "session_id": rows["session_id"],
+    # one subject, whatever the spelling of its id (002_S_0004 = ADNI_002_S_0004)
+    canonical = scans_by_subject(rows)["subject_id"]
+    scans = pd.DataFrame({"subject_id": canonical, "session_id": rows["session_id"],
                           "scan_path": rows["scan_path"], "pu_label": pu_label, "truth": truth,
                           "logit": logits,
                           "probability": sigmoid(np.asarray(logits, dtype=np.float64))})
@@ -115,6 +120,12 @@ def evaluate_run(run_dir: str | Path, split: str = "test", manifest: str | Path 
     result["prior"] = info.get("prior")
     result["prior_estimate"] = info.get("prior_estimate")
     result["warnings"] = []
+    if "sha256" in seen.columns and "image_key" not in seen.columns:
+        result["warnings"].append(
+            f"{run_dir / 'scans.csv'} was written before image keys were recorded: the "
+            f"{split!r} scans are compared with the run's by file hash (SHA-256) and "
+            "canonical subject id only, so a re-saved copy of a training image (gunzipped, "
+            "re-gzipped) is not caught; train the run again to record them")
     if manifest is None and info.get("manifest_sha256") not in (None, sha):
         result["warnings"].append(
             f"{mpath} changed since the run was trained on it (sha256 "

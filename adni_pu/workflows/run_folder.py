@@ -8,7 +8,8 @@
       run.json                  manifest path and sha256, prior and its source, counts, boxes
       splits.csv                subject_id, split, n_scans, pu_label, truth_known
       scans.csv                 the train and val scans: canonical subject id, resolved file,
-                                sha256 (evaluate's leakage guard, adni_pu.cohort.leakage)
+                                sha256, image_key (evaluate's leakage guard,
+                                adni_pu.cohort.leakage)
       hippocampus_boxes.json    the hippocampus boxes used by the data pipeline
       preprocess_config.toml    copy of the preprocessing settings of the volumes (if found)
       val_predictions.csv       the selected model on the validation scans

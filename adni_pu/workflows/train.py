@@ -33,6 +33,7 @@ from adni_pu.workflows.volume_data import (
     checked_manifest,
     find_preprocess_config,
     scan_paths,
+    scans_by_subject,
 )
 from adni_pu.workflows.volume_settings import VolumeTrainConfig, with_derived_values
 
@@ -133,7 +134,7 @@ def _train(frame: Any, mpath: Path, sha: str, scans: Any, config: VolumeTrainCon
         out.mkdir(parents=True, exist_ok=True)
         cfgmod.save(config, out / VOLUME_CONFIG_NAME)
         save_hippocampus_boxes(config.data, out / "hippocampus_boxes.json")
-        per = frame.groupby("subject_id").agg(
+        per = scans_by_subject(frame).groupby("subject_id").agg(
             split=("split", "first"), n_scans=("scan_path", "size"),
             pu_label=("pu_label", "max"), truth_known=("truth", lambda t: bool(t.notna().any())))
         atomic_write_text(out / "splits.csv", per.reset_index().to_csv(index=False))

@@ -25,7 +25,7 @@ def cohort_prior(manifest: Any) -> tuple[float, int, int]:
     """
     import pandas as pd
 
-    train = manifest[manifest["split"] == "train"]
+    train = scans_by_subject(manifest[manifest["split"] == "train"])
     per_subject = train.groupby("subject_id")["truth"].first()
     known = per_subject.dropna()
     n_unknown = int(per_subject.isna().sum())
@@ -34,6 +34,16 @@ def cohort_prior(manifest: Any) -> tuple[float, int, int]:
                              "cannot come from the cohort; set it with --set prior=0.5")
     prior = float(pd.to_numeric(known).mean())
     return prior, int(len(known)), n_unknown
+
+
+def scans_by_subject(frame: Any) -> Any:
+    """``frame`` with each ``subject_id`` in its canonical form
+    (:func:`~adni_pu.cohort.ids.normalise_subject_id`), so a subject spelled two ways
+    (``002_S_0004``, ``ADNI_002_S_0004``) is counted once when rows are grouped by subject."""
+    from adni_pu.cohort.leakage import canonical_id
+
+    return frame.assign(subject_id=[canonical_id(s) or str(s) for s in frame["subject_id"]])
+
 
 #: Methods whose loss reads no class prior, and selection criteria that read none.
 PRIOR_FREE_METHODS = ("naive", "vpu")
