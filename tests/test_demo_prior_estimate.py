@@ -23,6 +23,9 @@ COHORT_TEXT = ("PU risks need the prior of the positive class; here it is the po
                "prior.")
 
 
+pytestmark = pytest.mark.usefixtures("tiny_prior_estimates")
+
+
 @pytest.mark.parametrize("kwargs, message", [
     ({"prior": "guess"}, "prior: expected 'cohort' or 'estimate', found 'guess'"),
     ({"prior": "estimate", "overrides": ("prior=0.3",)},
@@ -73,7 +76,7 @@ def test_a_fold_prior_is_estimated_from_its_pu_data_alone(tmp_path):
     assert "bbe on the 1 labelled and 3 unlabelled scans of its validation split" in note
     assert note.endswith("the truth of its training subjects gives 0.556)")
     assert json.loads((tmp_path / "prior" / "prior_estimate.json").read_text()) == record
-    assert any(line.startswith("epoch 1/1") for line in lines)
+    assert any(line.startswith("prior classifier: epoch 1/1") for line in lines)
 
 
 @pytest.mark.slow  # about a CPU-minute: the whole demo path (the pieces are tested above)
