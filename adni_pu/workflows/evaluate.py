@@ -112,6 +112,7 @@ def evaluate_run(run_dir: str | Path, split: str = "test", manifest: str | Path 
     }
     result["model_selection"] = run_selection(run_dir, cfg.train)
     result["nn_correction"] = run_nn_correction(run_dir)
+    result["method"] = cfg.train.method  # names why a loss has no nnPU correction
     result["prior"] = info.get("prior")
     result["prior_estimate"] = info.get("prior_estimate")
     result["warnings"] = []
@@ -192,13 +193,15 @@ def run_nn_correction(run_dir: Path) -> dict[str, Any] | None:
     return nn_correction_summary(read_metrics_csv(path))
 
 
-def nn_correction_markdown(summary: dict[str, Any] | None) -> list[str]:
-    """The report's "nnPU correction" part (:func:`run_nn_correction`'s summary)."""
+def nn_correction_markdown(summary: dict[str, Any] | None, method: str | None = None
+                           ) -> list[str]:
+    """The report's "nnPU correction" part (:func:`run_nn_correction`'s summary of a run
+    of ``method``)."""
     from adni_pu.pu.recorders import nn_correction_text
 
     if summary is not None and summary.get("recorded") is False:
         return ["## nnPU correction", "", "Not recorded: the run folder has no metrics.csv.", ""]
-    return ["## nnPU correction", "", nn_correction_text(summary), ""]
+    return ["## nnPU correction", "", nn_correction_text(summary, method), ""]
 
 
 def _jsonable(obj: Any) -> Any:
@@ -261,5 +264,5 @@ def metrics_markdown(result: dict[str, Any]) -> str:
     if "model_selection" in result:
         lines += selection_markdown(result["model_selection"])
     if "nn_correction" in result:
-        lines += nn_correction_markdown(result["nn_correction"])
+        lines += nn_correction_markdown(result["nn_correction"], result.get("method"))
     return "\n".join(lines)
