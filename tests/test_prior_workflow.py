@@ -17,7 +17,6 @@ from adni_pu.workflows.prior import estimate_manifest_prior
 from adni_pu.workflows.train import train_volumes
 from adni_pu.workflows.volume_settings import load_volume_config
 
-
 pytestmark = pytest.mark.usefixtures("tiny_prior_estimates")
 
 
