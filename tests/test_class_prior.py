@@ -265,3 +265,9 @@ def test_ctrl_c_keeps_the_prior_classifier_checkpoints(cohort, tmp_path, monkeyp
     train_volumes(cohort["manifest"], cfg, run, log=lines.append)  # the rerun resumes it
     assert any(line.startswith("prior classifier: resumed from") for line in lines)
     assert (run / "best_model.pt").is_file()
+
+
+def test_the_evaluation_report_names_vpu_too():
+    from adni_pu.workflows.evaluate import nn_correction_markdown
+
+    assert nn_correction_markdown(None, "vpu")[2].startswith("Not applicable: VPU's")
