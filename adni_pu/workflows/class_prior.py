@@ -143,6 +143,7 @@ def estimate_line(record: dict[str, Any]) -> str:
 
 
 def _missing(what: str) -> Any:
+    """A source left out by a caller whose setting never needs it: a programming error."""
     def fail() -> Any:
         raise ValueError(f"resolve_prior: this setting needs {what}, and none was given")
     return fail
