@@ -53,3 +53,21 @@ def tiny_config(**overrides):
 
 # Tests run beside other work on small machines: one thread avoids oversubscription.
 torch.set_num_threads(1)
+
+
+def allow_tiny_prior_estimates(patch: pytest.MonkeyPatch) -> None:
+    """Let data of seconds (a few labelled validation positives, a 1-2 epoch classifier)
+    give a class prior estimate: the minimum validation counts go down to 1 and a collapsed
+    bootstrap interval is kept, so that the estimate's workflow can be tested (the rules
+    themselves: tests/test_class_prior.py)."""
+    from adni_pu.workflows import class_prior
+
+    patch.setattr(class_prior, "MIN_LABELLED_VAL", 1)
+    patch.setattr(class_prior, "MIN_UNLABELLED_VAL", 1)
+    patch.setattr(class_prior, "collapse_reason", lambda record: None)
+
+
+@pytest.fixture
+def tiny_prior_estimates(monkeypatch):
+    """:func:`allow_tiny_prior_estimates` for one test."""
+    allow_tiny_prior_estimates(monkeypatch)

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import blobs, tiny_config
+from conftest import allow_tiny_prior_estimates, blobs, tiny_config
 from typer.testing import CliRunner
 
 from adni_pu.cli.app import app
@@ -33,6 +33,7 @@ def small_counts(monkeypatch):
 
     monkeypatch.setitem(readers.MNIST_COUNTS, "train", 200)
     monkeypatch.setitem(readers.MNIST_COUNTS, "test", 40)
+    allow_tiny_prior_estimates(monkeypatch)
 
 
 def _args(mnist_dir, out, *extra: str) -> list[str]:
@@ -52,6 +53,7 @@ def whole(mnist_dir, tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         patch.setitem(readers.MNIST_COUNTS, "train", 200)
         patch.setitem(readers.MNIST_COUNTS, "test", 40)
+        allow_tiny_prior_estimates(patch)
         out = tmp_path_factory.mktemp("bench") / "whole"
         result = runner.invoke(app, _args(mnist_dir, out, *ESTIMATE))
     assert result.exit_code == 0, result.output

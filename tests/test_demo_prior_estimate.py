@@ -23,6 +23,9 @@ COHORT_TEXT = ("PU risks need the prior of the positive class; here it is the po
                "prior.")
 
 
+pytestmark = pytest.mark.usefixtures("tiny_prior_estimates")
+
+
 @pytest.mark.parametrize("kwargs, message", [
     ({"prior": "guess"}, "prior: expected 'cohort' or 'estimate', found 'guess'"),
     ({"prior": "estimate", "overrides": ("prior=0.3",)},
@@ -73,7 +76,7 @@ def test_a_fold_prior_is_estimated_from_its_pu_data_alone(tmp_path):
     assert "bbe on the 1 labelled and 3 unlabelled scans of its validation split" in note
     assert note.endswith("the truth of its training subjects gives 0.556)")
     assert json.loads((tmp_path / "prior" / "prior_estimate.json").read_text()) == record
-    assert any(line.startswith("epoch 1/1") for line in lines)
+    assert any(line.startswith("prior classifier: epoch 1/1") for line in lines)
 
 
 @pytest.mark.slow  # about a CPU-minute: the whole demo path (the pieces are tested above)
@@ -97,3 +100,21 @@ def test_the_demo_trains_its_pu_methods_with_the_estimates(tmp_path):
         assert run["settings"]["prior"] == est["value"]
         assert f"fold {k + 1}: {est['value']:.3f} [95 % CI {est['ci_low']:.3f}, " in report
         assert np.isfinite(est["true_prior"])
+
+
+def test_folds_too_small_for_an_estimate_are_refused_before_any_scan():
+    """The default demo's folds hold 1 labelled validation positive: an estimate from it is
+    not informative, so ``--prior estimate`` is refused before any image is made, where the
+    same cohort trains with the cohort's prior."""
+    from adni_pu.workflows import class_prior
+    from adni_pu.workflows.demo import check_composition
+
+    with pytest.MonkeyPatch.context() as patch:  # undo the module's tiny-estimate fixture
+        patch.setattr(class_prior, "MIN_LABELLED_VAL", 10)
+        patch.setattr(class_prior, "MIN_UNLABELLED_VAL", 10)
+        with pytest.raises(ConfigError, match=(
+                "fold 1's validation split holds 1 labelled positive and 9 unlabelled scans, "
+                "and --prior estimate needs at least 10 and 10 .*so a fold cannot be trained "
+                "with an estimated prior")):
+            check_composition(DemoSettings(prior="estimate"), search=2)
+    check_composition(DemoSettings(), search=2)  # the cohort's prior: accepted

@@ -253,7 +253,7 @@ def _fail_in_fit(monkeypatch):
 
     monkeypatch.setattr(adni_pu.pu.trainer, "Trainer", _FailingTrainer)
     monkeypatch.setattr(train_module, "build_pu_data",  # no volumes read: seconds, not minutes
-                        lambda frame, base, cfg: (None, {"prior": 0.5, "source": "setting"}))
+                        lambda frame, base, cfg, prior: None)
 
 
 def test_a_train_failing_before_its_first_epoch_leaves_no_run_folder(cohort, tmp_path,

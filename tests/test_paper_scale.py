@@ -107,7 +107,7 @@ def test_estimated_prior_method_is_nnpu_with_prior_estimate_over_the_demo_prior(
 
 
 def test_estimated_prior_run_records_the_estimate_beside_the_true_prior(
-        work: Path, tmp_path: Path, monkeypatch) -> None:
+        work: Path, tmp_path: Path, monkeypatch, tiny_prior_estimates) -> None:
     """``run --method nnpu-estimated`` (one epoch): the results file carries the estimate
     the nnPU run trained with, its CI and the training split's true prior; its run folder
     is its own, not nnpu's."""

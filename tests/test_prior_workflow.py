@@ -17,6 +17,8 @@ from adni_pu.workflows.prior import estimate_manifest_prior
 from adni_pu.workflows.train import train_volumes
 from adni_pu.workflows.volume_settings import load_volume_config
 
+pytestmark = pytest.mark.usefixtures("tiny_prior_estimates")
+
 
 @pytest.fixture(scope="module")
 def cohort(tmp_path_factory):
@@ -69,7 +71,7 @@ def test_no_labelled_positive_in_validation_is_refused_by_name(cohort, tmp_path)
     manifest = cohort["manifest"].parent / "no-val-positive.csv"
     frame.to_csv(manifest, index=False)
     cfg = load_volume_config(None, tiny_overrides(1, cohort["cache"]), preset="naive")
-    with pytest.raises(VolumeRunError, match="no labelled positive"):
+    with pytest.raises(VolumeRunError, match="holds 0 labelled positive"):
         estimate_manifest_prior(manifest, cfg, tmp_path / "out")
 
 

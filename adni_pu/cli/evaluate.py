@@ -41,7 +41,8 @@ def evaluate(
     from adni_pu.pu.recorders import nn_correction_text
 
     if result["nn_correction"] != {"recorded": False}:
-        typer.echo(f"nnPU correction: {nn_correction_text(result['nn_correction'])}")
+        typer.echo("nnPU correction: "
+                   + nn_correction_text(result["nn_correction"], result.get("method")))
     typer.echo(f"report: {result['files']['report']}")
 
 

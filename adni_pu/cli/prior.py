@@ -29,12 +29,18 @@ def prior(
 ) -> None:
     """Estimate the class prior of a cohort from its positive and unlabelled scans alone
     (no PET truth): a P-vs-U classifier on the train split, best-bin estimation on val."""
-    from adni_pu.workflows.prior import estimate_manifest_prior, summary_line
+    from adni_pu.errors import VolumeRunError
+    from adni_pu.workflows.class_prior import collapse_reason, estimate_line
+    from adni_pu.workflows.prior import estimate_manifest_prior
     from adni_pu.workflows.volume_settings import load_volume_config
 
     cfg = load_volume_config(config, set_ or [], "naive")
     record = estimate_manifest_prior(manifest, cfg, out)
-    typer.echo(summary_line(record))
+    if collapse_reason(record) is not None:  # recorded, but no number to train with
+        raise VolumeRunError(f"{estimate_line(record)} (record: {out / 'prior_estimate.json'}"
+                             "); set the prior with --set prior=VALUE, or give the "
+                             "validation split more subjects")
+    typer.echo(estimate_line(record))
     typer.echo(f"use it: adni-pu train MANIFEST RUN --set prior={record['value']:.4f}  "
                "(or --set prior='\"estimate\"' to estimate it inside the run)")
     typer.echo(f"record: {out / 'prior_estimate.json'}")

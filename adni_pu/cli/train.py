@@ -47,7 +47,8 @@ def train(
                f"({cfg.train.val_criterion} {fit.best_score:.4f})")
     from adni_pu.pu.recorders import nn_correction_summary, nn_correction_text
 
-    typer.echo(f"nnPU correction: {nn_correction_text(nn_correction_summary(fit.history))}")
+    typer.echo("nnPU correction: " + nn_correction_text(nn_correction_summary(fit.history),
+                                                        cfg.train.method))
     typer.echo(f"run folder: {out}")
 
 

@@ -78,3 +78,11 @@ def usable_id(value: str | None, strict: bool = True) -> bool:
 def is_rid(subject_id: str | None) -> bool:
     """Whether a normalised subject id is a bare ADNI RID (digits only)."""
     return bool(subject_id) and str(subject_id).isdigit()
+
+
+def scans_by_subject(frame: Any) -> Any:
+    """``frame`` with each ``subject_id`` in its canonical form
+    (:func:`~adni_pu.cohort.ids.normalise_subject_id`), so a subject spelled two ways
+    (``002_S_0004``, ``ADNI_002_S_0004``) is counted once when rows are grouped by subject."""
+    return frame.assign(subject_id=[normalise_subject_id(s) or str(s)
+                                    for s in frame["subject_id"]])

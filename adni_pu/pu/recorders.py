@@ -315,8 +315,13 @@ def nn_correction_summary(history: list[dict[str, Any]]) -> dict[str, Any] | Non
             "last_epoch": shares[-1], "epochs": len(shares), "columns": columns}
 
 
-def nn_correction_text(summary: dict[str, Any] | None) -> str:
-    """One paragraph on :func:`nn_correction_summary`: the shares and what they mean."""
+def nn_correction_text(summary: dict[str, Any] | None, method: str | None = None) -> str:
+    """One paragraph on :func:`nn_correction_summary`: the shares and what they mean
+    (``method``: the run's, which names why a loss without the correction has none)."""
+    if summary is None and method == "vpu":
+        return ("Not applicable: VPU's variational loss reads no class prior and has no "
+                "non-negative correction (no `train/<model>/nn_correction` column in "
+                "metrics.csv).")
     if summary is None:
         return ("Not applicable: this run's loss has no non-negative correction (naive PN or "
                 "uPU; no `train/<model>/nn_correction` column in metrics.csv).")

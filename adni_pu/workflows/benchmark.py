@@ -32,6 +32,7 @@ from adni_pu import fileio
 from adni_pu.errors import ConfigError
 from adni_pu.locking import holding_output_lock
 from adni_pu.provenance import run_machines
+from adni_pu.workflows.class_prior import resolve_prior
 from adni_pu.workflows.results_format import (
     DATA_NAMES,
     aggregate,
@@ -253,18 +254,25 @@ def prepare_seed(spec: BenchmarkSpec, seed: int, cache_dir: Path | None = None,
     cfg = resolve_config(spec, seed)
     data = seed_data(spec, seed, cfg, cache_dir)
     run_dir = spec.out / f"seed{seed}"
-    if not estimates_prior(spec):
-        return Trainer(cfg, data, run_dir), None, False
-    from adni_pu.workflows.prior import estimate_tensor_prior
+    trained = [False]
 
-    truth = {"true_prior": data.prior, "true_prior_split": float(data.train.truth.mean())}
-    estimate, trained = estimate_tensor_prior(data, cfg, run_dir, prior_epochs(spec), truth,
-                                              deadline=deadline,
-                                              finish_first_epoch=finish_first_epoch)
-    if estimate is None:
+    def estimate() -> dict[str, Any] | None:
+        from adni_pu.workflows.prior import estimate_tensor_prior
+
+        truth = {"true_prior": data.prior, "true_prior_split": float(data.train.truth.mean())}
+        record, trained[0] = estimate_tensor_prior(data, cfg, run_dir, prior_epochs(spec),
+                                                   truth, deadline=deadline,
+                                                   finish_first_epoch=finish_first_epoch)
+        return record
+
+    # the protocol's prior (or --prior NUMBER) the data are built with, or the estimate
+    prior = resolve_prior(PRIOR_ESTIMATE if estimates_prior(spec) else data.prior,
+                          estimate=estimate)
+    if prior is None:
         return None
-    data, cfg = with_estimated_prior(data, cfg, estimate["value"])
-    return Trainer(cfg, data, run_dir), estimate, trained
+    if prior.source == "estimate":
+        data, cfg = with_estimated_prior(data, cfg, prior.value)
+    return Trainer(cfg, data, run_dir), prior.estimate, trained[0]
 
 
 def with_estimated_prior(data: Any, cfg: Any, prior: float) -> tuple[Any, Any]:

@@ -239,31 +239,49 @@ def cohort_stage(out: Path, synth_dir: Path, summary_path: Path, split_seed: int
     return cohort, Path(paths["manifest"])
 
 
-def check_folds(fold_paths: list[Path]) -> None:
+def check_folds(fold_paths: list[Path], estimate: bool = False) -> None:
     """Refuse, before any training, folds whose training or validation split has no
     labelled positive (PU training needs both): a cohort with too few diagnosed patients
-    for the number of folds."""
+    for the number of folds (``estimate``: or too few validation scans for an estimate)."""
     from adni_pu.cohort import read_manifest
 
     frames = [read_manifest(path) for path in fold_paths]
-    problem = fold_composition(frames)
+    problem = fold_composition(frames, estimate)
     if problem is not None:
         raise ConfigError(f"{fold_paths[problem[0]]}: {problem[1]}; use more --subjects or "
                           "fewer --folds")
 
 
-def fold_composition(frames: list[Any]) -> tuple[int, str] | None:
+def fold_composition(frames: list[Any], estimate: bool = False) -> tuple[int, str] | None:
     """The first fold that PU training cannot run on, as (its index, why), or None
-    (:func:`~adni_pu.workflows.crossval.fold_problem`)."""
+    (:func:`~adni_pu.workflows.crossval.fold_problem`; with ``estimate``, ``--prior
+    estimate``, also a validation split below the estimate's minimum counts)."""
     from adni_pu.workflows.crossval import fold_problem
 
     for k, frame in enumerate(frames):
         why = fold_problem(frame)
+        if why is None and estimate:
+            why = _estimate_problem(frame)
         if why is not None:
             total = int(frame.groupby("subject_id")["pu_label"].max().sum())
             return k, (f"fold {k + 1}'s {why} (the cohort has {total} labelled positives, "
                        f"the diagnosed patients, for {len(frames)} folds)")
     return None
+
+
+def _estimate_problem(frame: Any) -> str | None:
+    """Why a fold's validation split is too small for a prior estimate, or None
+    (:func:`adni_pu.workflows.class_prior.check_estimable_counts`)."""
+    from adni_pu.workflows import class_prior
+
+    val = frame[frame["split"].astype(str) == "val"]
+    n_p = int((val["pu_label"] == 1).sum())
+    n_u = len(val) - n_p
+    if n_p >= class_prior.MIN_LABELLED_VAL and n_u >= class_prior.MIN_UNLABELLED_VAL:
+        return None
+    return (f"validation split holds {n_p} labelled positive and {n_u} unlabelled scans, "
+            f"and --prior estimate needs at least {class_prior.MIN_LABELLED_VAL} and "
+            f"{class_prior.MIN_UNLABELLED_VAL}")
 
 
 def synthetic_manifest(settings: DemoSettings, n_subjects: int) -> tuple[Any, list[str]]:
@@ -313,7 +331,8 @@ def check_composition(settings: DemoSettings, search: int = 200) -> None:
     def problem_with(n: int) -> tuple[int, str] | None:
         first = manifest[manifest["subject_id"].isin(set(ids[:n]))].reset_index(drop=True)
         try:
-            return fold_composition(fold_frames(first, settings.folds, settings.seed))
+            return fold_composition(fold_frames(first, settings.folds, settings.seed),
+                                    settings.prior == "estimate")
         except ConfigError as exc:  # too few subjects left for the folds
             return 0, str(exc)
 
@@ -329,8 +348,9 @@ def check_composition(settings: DemoSettings, search: int = 200) -> None:
         fix = (f"no --subjects up to {settings.subjects + search} works with --folds "
                f"{settings.folds} and --seed {settings.seed}; use fewer --folds or a "
                "composition with more patients (--set synth.dx_proportions=...)")
+    what = ("trained with an estimated prior" if settings.prior == "estimate" else "trained")
     raise ConfigError(f"--subjects {settings.subjects}: {problem[1]}, so a fold cannot be "
-                      f"trained; {fix} (or use fewer --folds). Checked before generating "
+                      f"{what}; {fix} (or use fewer --folds). Checked before generating "
                       "any scan")
 
 
@@ -396,7 +416,7 @@ def run_demo(settings: DemoSettings, log: Callable[[str], None] = print) -> Path
     cohort, manifest = cohort_stage(out / "cohort", synth_dir, summary_path, settings.seed, log)
     fold_paths = fold_manifests(read_manifest(manifest), settings.folds, settings.seed,
                                 out / "cohort" / "folds")
-    check_folds(fold_paths)
+    check_folds(fold_paths, settings.prior == "estimate")
     times["cohort"] = time.perf_counter() - tic
 
     tic = time.perf_counter()

@@ -52,11 +52,13 @@ def demo_prior(manifest_frame: Any) -> tuple[dict[str, Any], str, float]:
 
     Returns (the settings to add, as values, a note for the report, the prior).
     """
-    from adni_pu.workflows.volume_data import cohort_prior  # imports the data pipeline: lazily
+    from adni_pu.workflows.class_prior import cohort_prior, resolve_prior
 
     frame = manifest_frame.copy()
     frame["split"] = frame["split"].astype(str)
-    prior, _, _ = cohort_prior(frame)
+    resolved = resolve_prior("cohort", truth=lambda: (cohort_prior(frame)[0], {}))
+    assert resolved is not None  # the cohort's value: never a deadline
+    prior = resolved.value
     train_rows = frame[frame["split"] == "train"]
     labelled_fraction = float((train_rows["pu_label"] == 1).mean())
     note = f"{prior:.3f} (cohort: positive fraction of the training subjects with a truth)"
@@ -80,13 +82,17 @@ def estimated_demo_prior(manifest: Path, values: dict[str, Any], overrides: tupl
     CI and the truth beside it, the prior, the estimate's record). Under the demo's
     censoring scheme an estimate always exceeds the labelled fraction, so it is used as is.
     """
+    from adni_pu.workflows.class_prior import resolve_prior
     from adni_pu.workflows.prior import estimate_manifest_prior
     from adni_pu.workflows.volume_settings import load_volume_config
 
     cfg = load_volume_config(None, list(overrides), preset="naive", values=values)
     cfg = dataclasses.replace(cfg, bootstrap=max(n_bootstrap, 1))
-    record = estimate_manifest_prior(manifest, cfg, out, log=log)
-    value, truth = float(record["value"]), record.get("true_prior")
+    resolved = resolve_prior("estimate", estimate=lambda: estimate_manifest_prior(
+        manifest, cfg, out, log=log))
+    assert resolved is not None and resolved.estimate is not None  # no deadline
+    record = resolved.estimate
+    value, truth = resolved.value, record.get("true_prior")
     note = (f"{value:.3f} [95 % CI {record['ci_low']:.3f}, {record['ci_high']:.3f}] "
             f"(estimated from the fold's PU data alone, {record['method']} on the "
             f"{record['n_positive']} labelled and {record['n_unlabelled']} unlabelled scans of "

@@ -18,12 +18,12 @@ from typing import Any
 import numpy as np
 
 from adni_pu import config as cfgmod
+from adni_pu.cohort.ids import scans_by_subject
 from adni_pu.errors import VolumeRunError
 from adni_pu.fileio import atomic_write_text, sha256_file
 from adni_pu.pu.metrics import METRIC_LABELS, PU_METRICS, format_ci, logit, sigmoid
 from adni_pu.pu.plots import roc_plot
 from adni_pu.workflows.run_folder import load_manifest, load_run, manifest_file, score_dataset
-from adni_pu.workflows.volume_data import scans_by_subject
 from adni_pu.workflows.volume_settings import VolumeTrainConfig
 
 METRICS = ("accuracy", "balanced_accuracy", "auc", "sensitivity", "specificity")
@@ -117,6 +117,7 @@ def evaluate_run(run_dir: str | Path, split: str = "test", manifest: str | Path 
     }
     result["model_selection"] = run_selection(run_dir, cfg.train)
     result["nn_correction"] = run_nn_correction(run_dir)
+    result["method"] = cfg.train.method  # names why a loss has no nnPU correction
     result["prior"] = info.get("prior")
     result["prior_estimate"] = info.get("prior_estimate")
     result["warnings"] = []
@@ -203,13 +204,15 @@ def run_nn_correction(run_dir: Path) -> dict[str, Any] | None:
     return nn_correction_summary(read_metrics_csv(path))
 
 
-def nn_correction_markdown(summary: dict[str, Any] | None) -> list[str]:
-    """The report's "nnPU correction" part (:func:`run_nn_correction`'s summary)."""
+def nn_correction_markdown(summary: dict[str, Any] | None, method: str | None = None
+                           ) -> list[str]:
+    """The report's "nnPU correction" part (:func:`run_nn_correction`'s summary of a run
+    of ``method``)."""
     from adni_pu.pu.recorders import nn_correction_text
 
     if summary is not None and summary.get("recorded") is False:
         return ["## nnPU correction", "", "Not recorded: the run folder has no metrics.csv.", ""]
-    return ["## nnPU correction", "", nn_correction_text(summary), ""]
+    return ["## nnPU correction", "", nn_correction_text(summary, method), ""]
 
 
 def _jsonable(obj: Any) -> Any:
@@ -272,5 +275,5 @@ def metrics_markdown(result: dict[str, Any]) -> str:
     if "model_selection" in result:
         lines += selection_markdown(result["model_selection"])
     if "nn_correction" in result:
-        lines += nn_correction_markdown(result["nn_correction"])
+        lines += nn_correction_markdown(result["nn_correction"], result.get("method"))
     return "\n".join(lines)

@@ -67,9 +67,15 @@ def load_manifest(path: Path) -> Any:
     return frame
 
 
+PRIOR_ESTIMATE_DIR = "prior_estimate"
+"""The class prior estimate's P-vs-U classifier: its own run folder inside the run folder
+(:mod:`adni_pu.workflows.prior`)."""
+
+
 def finished_work(run_dir: Path) -> str:
     """What a run folder holds of finished training (``""`` when nothing): a checkpoint,
-    a selected model or epoch rows in metrics.csv.
+    a selected model or epoch rows in metrics.csv, or the checkpoint of its prior
+    estimate's classifier (``prior = "estimate"``), which an interrupted run keeps too.
 
     A folder with none of them is the leftover of a run that failed before its first
     epoch ended; any rerun may reuse it (its files are rewritten), whatever its settings.
@@ -77,6 +83,8 @@ def finished_work(run_dir: Path) -> str:
     from adni_pu.pu.checkpoint import LAST
 
     found = [str(name) for name in (LAST, "best_model.pt") if (run_dir / name).exists()]
+    if (run_dir / PRIOR_ESTIMATE_DIR / LAST).exists():
+        found.append(f"{PRIOR_ESTIMATE_DIR}/{LAST}")
     metrics = run_dir / "metrics.csv"
     if metrics.is_file():
         with open(metrics, "rb") as handle:

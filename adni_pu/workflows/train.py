@@ -10,18 +10,20 @@ of ClinicaDL's (its layout: :mod:`adni_pu.workflows.run_folder`). The settings a
 
 from __future__ import annotations
 
-import dataclasses
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from adni_pu import config as cfgmod
+from adni_pu.cohort.ids import scans_by_subject
 from adni_pu.errors import ResumeError, VolumeRunError
 from adni_pu.fileio import atomic_write_text, check_out_dir, sha256_file
 from adni_pu.locking import holding_output_lock
 from adni_pu.pu.metrics import sigmoid
+from adni_pu.workflows.prior import volume_prior
 from adni_pu.workflows.run_folder import (
     VOLUME_CONFIG_NAME,
     finished_work,
@@ -33,14 +35,8 @@ from adni_pu.workflows.volume_data import (
     checked_manifest,
     find_preprocess_config,
     scan_paths,
-    scans_by_subject,
 )
 from adni_pu.workflows.volume_settings import VolumeTrainConfig, with_derived_values
-
-# --------------------------------------------------------------------------- datasets
-
-
-# --------------------------------------------------------------------------- training
 
 
 def _fingerprint(cfg: VolumeTrainConfig) -> dict[str, Any]:
@@ -113,20 +109,14 @@ def _train(frame: Any, mpath: Path, sha: str, scans: Any, config: VolumeTrainCon
     from adni_pu.pu.trainer import Trainer
 
     is_main = run is None or run.rank == 0
-    estimate = None
-    if config.prior == "estimate":
-        from adni_pu.workflows.prior import estimate_volume_prior
-
-        if run is not None:
-            raise VolumeRunError("prior = 'estimate' under torchrun: expected one process "
-                                 "(estimate it first with `adni-pu prior`, then train with "
-                                 "--set prior=VALUE)")
-        estimate = estimate_volume_prior(frame, mpath.parent, config, out, log=log)
-        config = dataclasses.replace(config, prior=estimate["value"])
-    data, prior_info = build_pu_data(frame, mpath.parent, config)
-    if estimate is not None:
-        config = dataclasses.replace(config, prior="estimate")  # the setting, as given
-        prior_info = {"prior": estimate["value"], "source": "estimate (prior_estimate.json)"}
+    if config.prior == "estimate" and run is not None:
+        raise VolumeRunError("prior = 'estimate' under torchrun: expected one process "
+                             "(estimate it first with `adni-pu prior`, then train with "
+                             "--set prior=VALUE)")
+    prior = volume_prior((mpath, frame, scans), config, out, log=log)
+    if is_main and prior.note:
+        (log or (lambda msg: print(msg, file=sys.stderr, flush=True)))(prior.note)
+    data = build_pu_data(frame, mpath.parent, config, prior.value)
     trainer = Trainer(config.train, data, out, collate=collate_volumes, log=log,
                       distributed=run)
     trainer.check_resume()  # refuse other training settings before rewriting any file
@@ -144,7 +134,7 @@ def _train(frame: Any, mpath: Path, sha: str, scans: Any, config: VolumeTrainCon
         if prep is not None:
             atomic_write_text(out / "preprocess_config.toml", prep.read_text())
         info = {"manifest": str(mpath), "manifest_sha256": sha, "preset": config.preset,
-                "prior": prior_info, "prior_estimate": estimate,
+                "prior": prior.record, "prior_estimate": prior.estimate,
                 "settings": _fingerprint(config),
                 "preprocess_config": str(prep) if prep is not None else None,
                 "counts": {s: {"subjects": int(frame.loc[frame["split"] == s, "subject_id"]

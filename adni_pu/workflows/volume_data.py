@@ -1,5 +1,5 @@
-"""A cohort manifest as PU data: its checked rows, its splits' arrays and datasets, and the
-class prior read from it.
+"""A cohort manifest as PU data: its checked rows, its splits' arrays and datasets (the
+class prior they carry is resolved by :mod:`adni_pu.workflows.class_prior`).
 
 ``train`` and ``prior`` both turn a manifest into the train and validation
 :class:`~adni_pu.data.pu.PUData` a trainer reads (the test split is never loaded here);
@@ -16,50 +16,6 @@ import numpy as np
 from adni_pu.errors import VolumeRunError
 from adni_pu.workflows.run_folder import load_manifest, manifest_file
 from adni_pu.workflows.volume_settings import VolumeTrainConfig
-
-
-def cohort_prior(manifest: Any) -> tuple[float, int, int]:
-    """Amyloid-positive fraction among training subjects with known truth.
-
-    Returns (prior, subjects with truth, subjects without truth) of the ``train`` split.
-    """
-    import pandas as pd
-
-    train = scans_by_subject(manifest[manifest["split"] == "train"])
-    per_subject = train.groupby("subject_id")["truth"].first()
-    known = per_subject.dropna()
-    n_unknown = int(per_subject.isna().sum())
-    if known.empty:
-        raise VolumeRunError("no training subject has a known truth, so the class prior "
-                             "cannot come from the cohort; set it with --set prior=0.5")
-    prior = float(pd.to_numeric(known).mean())
-    return prior, int(len(known)), n_unknown
-
-
-def scans_by_subject(frame: Any) -> Any:
-    """``frame`` with each ``subject_id`` in its canonical form
-    (:func:`~adni_pu.cohort.ids.normalise_subject_id`), so a subject spelled two ways
-    (``002_S_0004``, ``ADNI_002_S_0004``) is counted once when rows are grouped by subject."""
-    from adni_pu.cohort.leakage import canonical_id
-
-    return frame.assign(subject_id=[canonical_id(s) or str(s) for s in frame["subject_id"]])
-
-
-#: Methods whose loss reads no class prior, and selection criteria that read none.
-PRIOR_FREE_METHODS = ("naive", "vpu")
-
-PRIOR_FREE_CRITERIA = ("pu_auc", "variational", "pn_accuracy")
-
-
-def reads_no_prior(cfg: VolumeTrainConfig) -> bool:
-    """Whether neither the run's loss nor its model selection reads the class prior (then a
-    cohort without truth trains with a placeholder prior, recorded as such)."""
-    return (cfg.train.method in PRIOR_FREE_METHODS
-            and cfg.train.val_criterion in PRIOR_FREE_CRITERIA)
-
-
-def _has_truth(manifest: Any) -> bool:
-    return bool(manifest.loc[manifest["split"] == "train", "truth"].notna().any())
 
 
 def find_preprocess_config(scans: list[Path]) -> Path | None:
@@ -107,11 +63,9 @@ def split_arrays(frame: Any, split: str) -> tuple[np.ndarray, np.ndarray]:
     return truth, labelled
 
 
-def build_pu_data(frame: Any, base: Path, cfg: VolumeTrainConfig) -> tuple[Any, dict[str, Any]]:
-    """PUData of the manifest's train and val splits (the test split is not loaded).
-
-    Returns the data and a dict describing the prior (value, source, counts).
-    """
+def build_pu_data(frame: Any, base: Path, cfg: VolumeTrainConfig, prior: float) -> Any:
+    """PUData of the manifest's train and val splits (the test split is not loaded), with
+    the class prior ``prior`` (resolved by :mod:`adni_pu.workflows.class_prior`)."""
     from adni_pu.data.pu import PUConstructionError, PUData, PUSplit, unlabelled_prior
 
     present = set(frame["split"])
@@ -119,23 +73,7 @@ def build_pu_data(frame: Any, base: Path, cfg: VolumeTrainConfig) -> tuple[Any, 
         if split not in present:
             raise VolumeRunError(f"manifest has no {split!r} rows; splits found: "
                                  f"{sorted(present)}")
-    prior_info: dict[str, Any] = {}
     truth, labelled = split_arrays(frame, "train")
-    prior_free = reads_no_prior(cfg)
-    if cfg.prior == "cohort" and prior_free and not _has_truth(frame):
-        prior = placeholder_prior(cfg.scheme, int(labelled.sum()), len(labelled))
-        prior_info = {"prior": prior, "source": "placeholder (the cohort has no truth; the "
-                      "method and its model selection read no class prior)"}
-    elif cfg.prior == "cohort":
-        prior, n_known, n_unknown = cohort_prior(frame)
-        prior_info = {"prior": prior, "source": "cohort: positive fraction (by the truth) of the "
-                      "training subjects with known truth", "subjects_with_truth": n_known,
-                      "subjects_without_truth": n_unknown}
-    else:
-        prior = float(cfg.prior)
-        prior_info = {"prior": prior, "source": "setting"}
-    if prior_free:
-        prior_info["read_by_method"] = False
     if not 0.0 < prior < 1.0:
         raise VolumeRunError(f"class prior {prior:.3f} from the cohort: expected a value in "
                              "(0, 1); set it with --set prior=...")
@@ -158,7 +96,7 @@ def build_pu_data(frame: Any, base: Path, cfg: VolumeTrainConfig) -> tuple[Any, 
         data = PUData(train, val, val, prior, cfg.scheme, "volumes", info)  # type: ignore[arg-type]
     except PUConstructionError as exc:
         raise VolumeRunError(str(exc)) from exc
-    return data, prior_info
+    return data
 
 
 def checked_manifest(manifest: str | Path, config: VolumeTrainConfig) -> tuple[Path, Any, Any]:
@@ -176,11 +114,3 @@ def checked_manifest(manifest: str | Path, config: VolumeTrainConfig) -> tuple[P
     check_volume_files(scan_paths(used, mpath.parent), mpath,
                        config.data.grid_shape if config.data.check_grid else None)
     return mpath, frame, check_manifest_leakage(frame, mpath.parent, mpath)
-
-
-def placeholder_prior(scheme: str, n_labelled: int, n_total: int) -> float:
-    """The class prior the classifier's PU data are built with: alpha = 1/2 as a stand-in
-    (naive training and the P-vs-U AUC use no prior; PUData needs one)."""
-    from adni_pu.pu.prior_estimate import prior_from_alpha
-
-    return prior_from_alpha(0.5, scheme, n_labelled, n_total)  # type: ignore[arg-type]
