@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -30,12 +31,13 @@ OUTLIER_METRICS: dict[str, str] = {
 }
 
 
-def metric_stats(records: list[dict]) -> dict[str, tuple[float, float]]:
-    """Metric -> (median, robust scale) over the records' ``qc`` values, for every metric of
-    :data:`OUTLIER_METRICS` with at least 3 values. The scale is 1.4826 MAD floored at 5%
-    of the median: near-identical scans are not outliers."""
+def metric_stats(records: list[dict], names: Iterable[str] = tuple(OUTLIER_METRICS)
+                 ) -> dict[str, tuple[float, float]]:
+    """Metric -> (median, robust scale) over the records' finite ``qc`` values, for every
+    metric of ``names`` with at least 3 values. The scale is 1.4826 MAD floored at 5% of
+    the median: near-identical scans are not outliers."""
     stats = {}
-    for name in OUTLIER_METRICS:
+    for name in names:
         vals = np.array(
             [r["qc"].get(name) for r in records if r.get("qc") and r["qc"].get(name) is not None],
             dtype=float,
