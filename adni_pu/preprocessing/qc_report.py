@@ -92,14 +92,15 @@ def _settings(records: list[dict]) -> QCSettings:
                          **kept})
 
 
-def _metric_names(records: list[dict]) -> list[str]:
-    seen = dict.fromkeys(LIMITS)
+def _metric_names(records: list[dict]) -> tuple[list[str], list[str]]:
+    """The QC metrics the records hold (those of :data:`LIMITS`, plotted and tabled) and
+    their other numbers (volumes, intensities: shown on each scan's page only)."""
+    seen: dict[str, None] = {}
     for r in records:
         for name, value in (r.get("qc") or {}).items():
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 seen.setdefault(name)
-    present = {n for r in records for n in (r.get("qc") or {})}
-    return [n for n in seen if n in present]
+    return [n for n in LIMITS if n in seen], [n for n in seen if n not in LIMITS]
 
 
 def _reason(record: dict) -> str:
@@ -124,7 +125,7 @@ def report_data(output: Path, report_dir: Path, ratings: dict[str, Rating] | Non
         raise OutputError(f"{output}: no scan records (sub-*/ses-*/anat/*_desc-preproc_T1w.json) "
                           "found; run adni-pu preprocess first")
     settings = _settings(records)
-    names = _metric_names(records)
+    names, extra = _metric_names(records)
     stats = metric_stats(records, names)
     metrics = []
     for name in names:
@@ -142,10 +143,11 @@ def report_data(output: Path, report_dir: Path, ratings: dict[str, Rating] | Non
         scans.append({"id": scan_id(r), "status": str(r.get("status") or ""),
                       "reason": _reason(r), "why": r.get("outlier_reason") or "",
                       "score": round(score, 2) if math.isfinite(score) else None,
-                      "fig": _figure_link(r, report_dir), "m": values, "z": z})
+                      "fig": _figure_link(r, report_dir), "m": values, "z": z,
+                      "x": [_number(qc.get(n)) for n in extra]})
     return {"folder": str(Path(output).resolve()), "key": str(Path(output).resolve()),
             "made": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "z_threshold": z_threshold, "metrics": metrics, "scans": scans,
+            "z_threshold": z_threshold, "metrics": metrics, "extra": extra, "scans": scans,
             "ratings_columns": list(COLUMNS), "rating_values": list(RATINGS),
             "ratings": [{"id": x.scan_id, "rating": x.rating, "note": x.note,
                          "rater": x.rater, "date": x.date} for x in (ratings or {}).values()]}

@@ -254,6 +254,7 @@
     current = -1;
     $("scan").hidden = true; $("group").hidden = false;
     $("figure").textContent = "";
+    delete $("figure").dataset.id;
     rows(); counts();
   }
   function figure(s) {
@@ -278,6 +279,7 @@
     if (document.activeElement !== $("note")) $("note").value = r ? r.note : "";
     const fig = $("figure");
     if (fig.dataset.id !== s.id) {
+      window.scrollTo(0, 0);
       fig.textContent = "";
       fig.dataset.id = s.id;
       fig.appendChild(s.fig ? figure(s) : el("p", "no QC picture for this scan (its preprocessing stopped before it)"));
@@ -296,6 +298,13 @@
       tr.appendChild(v);
       tr.appendChild(el("td", s.z[k] === null ? "" : s.z[k].toFixed(2)));
       tr.appendChild(el("td", [m.lo !== null ? "\u2265 " + m.lo : "", m.hi !== null ? "\u2264 " + m.hi : ""].filter(Boolean).join(", ")));
+      body.appendChild(tr);
+    });
+    D.extra.forEach((name, k) => {
+      const tr = el("tr");
+      tr.appendChild(el("td", name, "id"));
+      tr.appendChild(el("td", fmt(s.x[k])));
+      tr.appendChild(el("td", "")); tr.appendChild(el("td", ""));
       body.appendChild(tr);
     });
   }

@@ -1,0 +1,138 @@
+"""The QC report in a real browser: headless Chromium (Debian's chromium and chromedriver,
+driven by selenium; nothing is downloaded at run time) opens the report of a small
+preprocessing folder, sorts, opens a scan, rates two scans with the keyboard, saves the
+ratings, and ``cohort build --qc-ratings`` leaves out the scan rated fail.
+
+Skips, with one line saying why, where the browser or selenium cannot be had
+(``.ci/run`` installs them: scripts/setup.sh).
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from qc_folder import make_qc_folder
+from typer.testing import CliRunner
+
+from adni_pu.cli.app import app
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+#: What keeps Chromium from hanging on a closed network (and from writing outside its
+#: own fresh profile).
+FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--window-size=1300,900")
+
+
+def browser(profile: Path, downloads: Path):
+    """A headless Chromium that saves downloads into ``downloads``, or a skip."""
+    webdriver = pytest.importorskip(
+        "selenium.webdriver", reason="selenium is not installed (pip install -e '.[dev]')")
+    from selenium.webdriver.chrome.service import Service
+
+    for path, package in ((CHROMIUM, "chromium"), (CHROMEDRIVER, "chromium-driver")):
+        if not Path(path).is_file():
+            pytest.skip(f"{path} not found (apt-get install {package}; .ci/run does)")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in (*FLAGS, f"--user-data-dir={profile}"):
+        options.add_argument(flag)
+    options.add_experimental_option("prefs", {
+        "download.default_directory": str(downloads), "download.prompt_for_download": False})
+    try:
+        driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    except Exception as exc:  # noqa: BLE001 - any failure to start is a skip, said once
+        pytest.skip(f"headless Chromium did not start: {str(exc).splitlines()[0][:160]}")
+    driver.execute_cdp_cmd("Browser.setDownloadBehavior",
+                           {"behavior": "allow", "downloadPath": str(downloads)})
+    return driver
+
+
+def _wait(condition, what: str, timeout: float = 10.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_report_in_chromium_rates_two_scans_and_the_cohort_leaves_out_the_failed_one(tmp_path):
+    from selenium.webdriver.common.by import By  # after the skip checks of browser()
+
+    prep, clinical, ids = make_qc_folder(tmp_path, n=12, refused=1)
+    result = CliRunner().invoke(app, ["qc", str(prep)])
+    assert result.exit_code == 0, result.output
+    downloads = tmp_path / "downloads"
+    downloads.mkdir()
+    driver = browser(tmp_path / "profile", downloads)
+    try:
+        driver.get((prep / "qc" / "index.html").resolve().as_uri())
+        _wait(lambda: driver.execute_script("return document.body.dataset.ready"), "the page")
+        listed = [tr.get_attribute("data-id") for tr in driver.find_elements(By.CSS_SELECTOR,
+                                                                               "#rows tr")]
+        assert sorted(listed) == sorted(ids)  # every scan, the refused one first
+        assert listed[0] == ids[-1]
+
+        # sort by brain volume, largest first (a second click reverses)
+        header = next(th for th in driver.find_elements(By.CSS_SELECTOR, "#head th")
+                      if th.text.startswith("brain_volume_ml"))
+        header.click()
+        driver.find_element(By.XPATH, "//th[starts-with(., 'brain_volume_ml')]").click()
+        rows = driver.find_elements(By.CSS_SELECTOR, "#rows tr")
+        column = [th.text for th in driver.find_elements(By.CSS_SELECTOR, "#head th")].index(
+            driver.find_element(By.XPATH, "//th[starts-with(., 'brain_volume_ml')]").text)
+        volumes = [float(r.find_elements(By.TAG_NAME, "td")[column].text.split()[0])
+                   for r in rows]
+        assert volumes == sorted(volumes, reverse=True) and len(volumes) == len(ids)
+        first, second = (r.get_attribute("data-id") for r in rows[:2])
+
+        # open the largest: its picture loads from the folder
+        rows[0].click()
+        _wait(lambda: driver.find_element(By.ID, "scan").is_displayed(), "the scan view")
+        assert driver.find_element(By.ID, "scan-id").text == first
+        _wait(lambda: driver.execute_script(
+            "const i = document.querySelector('#figure img'); return i && i.naturalWidth"),
+            "the QC picture")
+
+        # rate it fail with a note, then (the view moves on) the next one pass: keys only
+        driver.find_element(By.ID, "rater").send_keys("ab")
+        body = driver.find_element(By.TAG_NAME, "body")
+        body.click()
+        body.send_keys("n")
+        driver.switch_to.active_element.send_keys("mask cuts <the> cerebellum\n")
+        body.send_keys("f")
+        _wait(lambda: driver.find_element(By.ID, "scan-id").text == second, "the next scan")
+        body.send_keys("p")
+        body.send_keys("s")
+        saved = _wait(lambda: (downloads / "qc_ratings.tsv").is_file()
+                      and downloads / "qc_ratings.tsv", "the download")
+    finally:
+        driver.quit()
+
+    from adni_pu.preprocessing.qc_ratings import read_ratings
+
+    ratings = read_ratings(saved, ids)
+    assert {k: v.rating for k, v in ratings.items()} == {first: "fail", second: "pass"}
+    assert ratings[first].note == "mask cuts <the> cerebellum" and ratings[first].rater == "ab"
+
+    out = tmp_path / "cohort"
+    result = CliRunner().invoke(app, ["cohort", "build", str(clinical), str(prep / "summary.csv"),
+                                      str(out), "--preset", "tracer-cutoffs",
+                                      "--qc-ratings", str(saved)])
+    assert result.exit_code == 0, result.output
+    excluded = pd.read_csv(out / "excluded.csv", dtype=str)
+    failed = excluded[excluded["reason"].str.startswith("rated fail")]
+    subject = first.split("_")[0].removeprefix("sub-")
+    assert [s.replace("_", "") for s in failed["subject"]] == [subject]
+    assert failed["reason"].iloc[0] == ("rated fail by ab in the visual QC: mask cuts <the> "
+                                        "cerebellum")
+    manifest = pd.read_csv(out / "manifest.csv", dtype=str)
+    kept = {Path(p).name.split("_space-")[0] for p in manifest["scan_path"]}
+    assert first not in kept and second in kept
