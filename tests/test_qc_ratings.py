@@ -18,8 +18,8 @@ from adni_pu.errors import DataFormatError
 from adni_pu.preprocessing.qc_ratings import (
     Rating,
     merge_ratings,
-    read_ratings,
     ratings_text,
+    read_ratings,
     write_ratings,
 )
 
