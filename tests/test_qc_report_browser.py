@@ -4,7 +4,7 @@ preprocessing folder, sorts, opens a scan, rates two scans with the keyboard, sa
 ratings, and ``cohort build --qc-ratings`` leaves out the scan rated fail.
 
 Skips, with one line saying why, where the browser or selenium cannot be had
-(``.ci/run`` installs them: scripts/setup.sh).
+(``.ci/run`` installs them; selenium comes with the ``dev`` extra).
 """
 
 from __future__ import annotations
