@@ -57,7 +57,6 @@ def _report(output: Path, ratings: Path | None, merge: list[Path] | None, sheet:
             out_png: Path | None, z_threshold: float) -> None:
     """The report (started from ``ratings`` or the merge of ``merge``), the contact sheet
     when asked for, and the outliers printed."""
-    from adni_pu.preprocessing.qc_group import load_sidecars, rank_outliers
     from adni_pu.preprocessing.qc_ratings import read_ratings
     from adni_pu.preprocessing.qc_report import REPORT_DIR, known_scan_ids, write_report
 
@@ -69,15 +68,14 @@ def _report(output: Path, ratings: Path | None, merge: list[Path] | None, sheet:
             typer.echo(f"resuming from {ratings}: {len(start)} rating(s)")
         else:
             start = _merge(output / REPORT_DIR, *(read_ratings(p, known) for p in merge or []))
-    page = write_report(output, start, z_threshold)
+    page, ranked = write_report(output, start, z_threshold)
     typer.echo(f"QC report: {page}  (open it in a browser; keys: ? for help)")
     if sheet:
         from adni_pu.preprocessing import contact_sheet
 
         png, _ = contact_sheet(output, out_png, z_threshold)
         typer.echo(f"contact sheet: {png}")
-    outliers = [r for r in rank_outliers(load_sidecars(output))
-                if r["outlier_score"] > z_threshold]
+    outliers = [r for r in ranked if r["outlier_score"] > z_threshold]
     typer.echo(f"{len(outliers)} outlier(s)")
     for r in outliers:
         typer.echo(f"  {r.get('scan_label')} [{r.get('status')}]: {r['outlier_reason']}")

@@ -116,14 +116,11 @@ def _figure_link(record: dict, report_dir: Path) -> str:
     return "/".join(quote(part) for part in Path(rel).as_posix().split("/"))
 
 
-def report_data(output: Path, report_dir: Path, ratings: dict[str, Rating] | None = None,
-                z_threshold: float = 3.5) -> dict:
-    """What the page shows: metrics (name, limits, direction), scans (id, status, reason,
-    outlier score, figure link, values, robust z-scores), ratings to start from."""
-    records = rank_outliers(load_sidecars(output))
-    if not records:
-        raise OutputError(f"{output}: no scan records (sub-*/ses-*/anat/*_desc-preproc_T1w.json) "
-                          "found; run adni-pu preprocess first")
+def report_data(records: list[dict], output: Path, report_dir: Path,
+                ratings: dict[str, Rating] | None = None, z_threshold: float = 3.5) -> dict:
+    """What the page shows of ``records`` (:func:`.qc_group.rank_outliers` of the folder's
+    sidecars): metrics (name, limits, direction), scans (id, status, reason, outlier score,
+    figure link, values, robust z-scores), ratings to start from."""
     settings = _settings(records)
     names, extra = _metric_names(records)
     stats = metric_stats(records, names)
@@ -177,10 +174,10 @@ def render_report(data: dict) -> str:
 
 
 def write_report(output: str | Path, ratings: dict[str, Rating] | None = None,
-                 z_threshold: float = 3.5) -> Path:
+                 z_threshold: float = 3.5) -> tuple[Path, list[dict]]:
     """Write ``output/qc/index.html`` for the preprocessing folder ``output`` (holding the
     folder's lock), starting from ``ratings`` (e.g. a file being resumed); returns its
-    path."""
+    path and the scans' records, most suspicious first (:func:`.qc_group.rank_outliers`)."""
     output = Path(output)
     if output.exists() and not output.is_dir():
         raise OutputError(f"{output}: expected a folder written by adni-pu preprocess, found "
@@ -192,10 +189,15 @@ def write_report(output: str | Path, ratings: dict[str, Rating] | None = None,
 
 
 @holding_output_lock("qc", "output")  # one writer per folder (adni_pu.locking)
-def _write_locked(output: Path, ratings: dict[str, Rating] | None, z_threshold: float) -> Path:
+def _write_locked(output: Path, ratings: dict[str, Rating] | None, z_threshold: float
+                  ) -> tuple[Path, list[dict]]:
     report_dir = output / REPORT_DIR
-    data = report_data(output, report_dir, ratings, z_threshold)
-    return atomic_write_text(report_dir / REPORT_NAME, render_report(data))
+    records = rank_outliers(load_sidecars(output))
+    if not records:
+        raise OutputError(f"{output}: no scan records (sub-*/ses-*/anat/*_desc-preproc_T1w.json) "
+                          "found; run adni-pu preprocess first")
+    data = report_data(records, output, report_dir, ratings, z_threshold)
+    return atomic_write_text(report_dir / REPORT_NAME, render_report(data)), records
 
 
 def known_scan_ids(output: str | Path) -> list[str]:
