@@ -4,10 +4,10 @@ time to first paint in headless Chromium.
 The 2,000 entries repeat a small preprocessed folder's scans (their sidecars, metrics and
 QC pictures, the pictures hard-linked) under other ids (``sub-qc0001_ses-bl`` ...), in a
 temporary folder. ``adni-pu qc`` runs on it in a child process (wall seconds, peak resident
-memory of the child); then Debian's headless Chromium (selenium, the flags of
-tests/test_qc_report_browser.py) opens the page ``--loads`` times: first contentful paint,
-the page ready (table and strip plots drawn: the ``qc-ready`` mark), sorting the table by a
-metric, and opening a scan until its picture has loaded. Medians over the loads::
+memory of the child); then Debian's headless Chromium (benchmarks/chromium.py) opens the
+page ``--loads`` times: first contentful paint, the page ready (table and strip plots
+drawn: the ``qc-ready`` mark), sorting the table by a metric, and opening a scan until its
+picture has loaded. Medians over the loads::
 
     adni-pu synth qc-src --subjects 6 --seed 0 --set 'visit_probabilities=[1,0,0]'
     (cd qc-src && adni-pu preprocess ADNI prep)
@@ -71,13 +71,13 @@ def write_report(folder: Path) -> dict:
 
 def browse(page: Path, loads: int) -> dict:
     """Medians over ``loads`` fresh loads of ``page`` in headless Chromium (milliseconds)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from selenium.webdriver.common.by import By
-    from test_qc_report_browser import browser
+
+    from benchmarks.chromium import start_chromium
 
     rows: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp:
-        driver = browser(Path(tmp) / "profile", Path(tmp))
+        driver = start_chromium(Path(tmp) / "profile", Path(tmp))
         try:
             for _ in range(loads):
                 driver.get("about:blank")  # each load a fresh navigation

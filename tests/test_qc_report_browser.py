@@ -4,12 +4,12 @@ preprocessing folder, sorts, opens a scan, rates two scans with the keyboard, sa
 ratings, and ``cohort build --qc-ratings`` leaves out the scan rated fail.
 
 Skips, with one line saying why, where the browser or selenium cannot be had
-(``.ci/run`` installs them; selenium comes with the ``dev`` extra).
+(``.ci/run`` installs them; selenium comes with the ``dev`` extra; the launcher and its
+flags: benchmarks/chromium.py).
 """
 
 from __future__ import annotations
 
-import shutil
 import time
 from pathlib import Path
 
@@ -20,37 +20,15 @@ from typer.testing import CliRunner
 
 from adni_pu.cli.app import app
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
-#: What keeps Chromium from hanging on a closed network (and from writing outside its
-#: own fresh profile).
-FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--window-size=1300,900")
-
 
 def browser(profile: Path, downloads: Path):
-    """A headless Chromium that saves downloads into ``downloads``, or a skip."""
-    webdriver = pytest.importorskip(
-        "selenium.webdriver", reason="selenium is not installed (pip install -e '.[dev]')")
-    from selenium.webdriver.chrome.service import Service
+    """A headless Chromium that saves downloads into ``downloads``, or a skip saying why."""
+    from benchmarks.chromium import BrowserUnavailable, start_chromium
 
-    for path, package in ((CHROMIUM, "chromium"), (CHROMEDRIVER, "chromium-driver")):
-        if not Path(path).is_file():
-            pytest.skip(f"{path} not found (apt-get install {package}; .ci/run does)")
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in (*FLAGS, f"--user-data-dir={profile}"):
-        options.add_argument(flag)
-    options.add_experimental_option("prefs", {
-        "download.default_directory": str(downloads), "download.prompt_for_download": False})
     try:
-        driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    except Exception as exc:  # noqa: BLE001 - any failure to start is a skip, said once
-        pytest.skip(f"headless Chromium did not start: {str(exc).splitlines()[0][:160]}")
-    driver.execute_cdp_cmd("Browser.setDownloadBehavior",
-                           {"behavior": "allow", "downloadPath": str(downloads)})
-    return driver
+        return start_chromium(profile, downloads)
+    except BrowserUnavailable as exc:
+        pytest.skip(str(exc))
 
 
 def _wait(condition, what: str, timeout: float = 10.0):
