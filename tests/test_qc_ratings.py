@@ -184,3 +184,29 @@ def test_cohort_build_refuses_a_bad_ratings_file_naming_the_line(tmp_path):
     assert result.exit_code == 2
     assert "r.tsv line 3: scan" in result.output and "rated twice" in result.output
     assert not (tmp_path / "cohort" / "manifest.csv").exists()
+
+
+def test_qc_is_refused_while_another_process_writes_the_folder(tmp_path):
+    import threading
+
+    from adni_pu.locking import output_lock
+
+    prep, _, ids = make_qc_folder(tmp_path, n=4, refused=0)
+    held, done = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with output_lock(prep, "preprocess"):
+            held.set()
+            done.wait(10)
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    try:
+        held.wait(10)
+        result = runner.invoke(app, ["qc", str(prep)])
+    finally:
+        done.set()
+        thread.join()
+    assert result.exit_code == 2 and "in use by pid" in result.output
+    assert "adni-pu qc cannot write there at the same time" in result.output
+    assert not (prep / "qc" / "index.html").exists()
