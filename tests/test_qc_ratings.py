@@ -210,3 +210,15 @@ def test_qc_is_refused_while_another_process_writes_the_folder(tmp_path):
     assert result.exit_code == 2 and "in use by pid" in result.output
     assert "adni-pu qc cannot write there at the same time" in result.output
     assert not (prep / "qc" / "index.html").exists()
+
+
+def test_a_fail_rating_that_matches_no_row_is_a_warning_not_silence(tmp_path):
+    prep, clinical, ids = make_qc_folder(tmp_path, n=7, refused=0)
+    summary = (prep / "summary.csv").read_text()  # the folder moved: paths elsewhere
+    (prep / "summary.csv").write_text(summary.replace(f"sub-{ids[0][4:12]}/", "/moved/"))
+    ratings = _tsv(tmp_path / "r.tsv", f"{ids[0]}\tfail\tmotion\tab\t")
+    result = _build(tmp_path, prep, clinical, ratings)
+    assert result.exit_code == 0, result.output
+    quality = pd.read_csv(tmp_path / "cohort" / "quality.csv", dtype=str)
+    row = quality[quality["kind"] == "qc_rating_unmatched"]
+    assert list(row["severity"]) == ["warning"] and f"line 2: {ids[0]}" in row["examples"].iloc[0]

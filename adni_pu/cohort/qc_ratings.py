@@ -24,7 +24,8 @@ from adni_pu.errors import CohortInputError
 
 
 def _labels_by_volume(folder: Path) -> tuple[list[str], dict[Path, str]]:
-    """The scan ids of preprocessing ``folder`` and preprocessed volume -> scan id."""
+    """The scan ids of preprocessing ``folder`` and preprocessed volume -> scan id (of the
+    scans that have a volume)."""
     from adni_pu.preprocessing.qc_group import load_sidecars
     from adni_pu.preprocessing.qc_report import scan_id
 
@@ -65,6 +66,14 @@ def apply_qc_ratings(scan_table: pd.DataFrame, path: str | Path, scan_base: Path
         return by_volume.get(volume.resolve())
 
     labels = scan_table["scan_path"].map(label)
+    found = set(labels.dropna())
+    lost = [f"line {r.line}: {x}" for x, r in ratings.items()
+            if r.rating == "fail" and x in set(by_volume.values()) and x not in found]
+    quality.add("qc_rating_unmatched", table, len(lost),
+                f"scans rated fail in {Path(path).name} whose volume no row of the scan table "
+                "names (preprocessed_path; a moved folder, or another summary.csv)",
+                "rating not applied: check that SCANS is the rated folder's summary.csv",
+                lost, severity="warning")
     rating = labels.map(lambda x: ratings[x].rating if x in ratings else None)
     failed = rating == "fail"
     reason = labels.map(lambda x: _reason(ratings[x]) if x in ratings else "")
