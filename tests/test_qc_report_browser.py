@@ -1,7 +1,8 @@
 """The QC report in a real browser: headless Chromium (Debian's chromium and chromedriver,
 driven by selenium; nothing is downloaded at run time) opens the report of a small
-preprocessing folder, sorts, opens a scan, rates two scans with the keyboard, saves the
-ratings, and ``cohort build --qc-ratings`` leaves out the scan rated fail.
+preprocessing folder, opens a scan from a metric's strip plot, sorts, opens a scan from the
+table, rates two scans with the keyboard, saves the ratings, and ``cohort build
+--qc-ratings`` leaves out the scan rated fail.
 
 Skips, with one line saying why, where the browser or selenium cannot be had
 (``.ci/run`` installs them; selenium comes with the ``dev`` extra; the launcher and its
@@ -57,6 +58,20 @@ def test_report_in_chromium_rates_two_scans_and_the_cohort_leaves_out_the_failed
                                                                                "#rows tr")]
         assert sorted(listed) == sorted(ids)  # every scan, the refused one first
         assert listed[0] == ids[-1]
+
+        # a click on a point of a metric's strip opens that point's scan
+        opened = driver.execute_script("""
+            const c = document.querySelector('#strips canvas'), r = c.getBoundingClientRect();
+            for (let x = 0; x < c.width; x += 3) for (let y = 0; y < c.height; y += 3) {
+              c.dispatchEvent(new MouseEvent('click', {clientX: r.left + x, clientY: r.top + y}));
+              if (location.hash) return decodeURIComponent(location.hash);
+            }
+            return null;""")
+        assert opened is not None and opened.removeprefix("#scan=") in ids
+        _wait(lambda: driver.find_element(By.ID, "scan").is_displayed(), "the clicked scan")
+        assert driver.find_element(By.ID, "scan-id").text == opened.removeprefix("#scan=")
+        driver.find_element(By.ID, "back").click()
+        _wait(lambda: driver.find_element(By.ID, "group").is_displayed(), "the table")
 
         # sort by brain volume, largest first (a second click reverses)
         header = next(th for th in driver.find_elements(By.CSS_SELECTOR, "#head th")
