@@ -1,8 +1,8 @@
 """The QC report in a real browser: headless Chromium (Debian's chromium and chromedriver,
 driven by selenium; nothing is downloaded at run time) opens the report of a small
 preprocessing folder, opens a scan from a metric's strip plot, sorts, opens a scan from the
-table, rates two scans with the keyboard, saves the ratings, and ``cohort build
---qc-ratings`` leaves out the scan rated fail.
+table, rates two scans with the keyboard, saves the ratings, loads them back into a fresh
+page, and ``cohort build --qc-ratings`` leaves out the scan rated fail.
 
 Skips, with one line saying why, where the browser or selenium cannot be had
 (``.ci/run`` installs them; selenium comes with the ``dev`` extra; the launcher and its
@@ -106,6 +106,15 @@ def test_report_in_chromium_rates_two_scans_and_the_cohort_leaves_out_the_failed
         body.send_keys("s")
         saved = _wait(lambda: (downloads / "qc_ratings.tsv").is_file()
                       and downloads / "qc_ratings.tsv", "the download")
+
+        # resume: a fresh page (nothing kept in the browser) loads the saved file
+        driver.execute_script("localStorage.clear(); location.hash = '#'")
+        driver.refresh()
+        _wait(lambda: driver.execute_script("return document.body.dataset.ready"), "the page")
+        assert "rated 0 " in driver.find_element(By.ID, "counts").text
+        driver.find_element(By.ID, "load").send_keys(str(saved))
+        _wait(lambda: "rated 2 (pass 1, fail 1, unsure 0)" in driver.find_element(
+            By.ID, "counts").text, "the loaded ratings")
     finally:
         driver.quit()
 
