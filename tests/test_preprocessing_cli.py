@@ -78,6 +78,9 @@ def test_qc_contact_sheet_lists_outliers_first(tmp_path: Path) -> None:
     assert lines[0].startswith("sub-refused_ses-01") and lines[1].startswith("sub-odd_ses-01")
     assert "2 outlier(s)" in result.output
     sheet = tmp_path / "qc_contact_sheet.png"
+    assert (tmp_path / "qc" / "index.html").is_file() and not sheet.exists()  # the report
+    result = CliRunner().invoke(app, ["qc", str(tmp_path), "--sheet"])  # and the sheet
+    assert result.exit_code == 0, result.output
     assert sheet.is_file() and sheet.stat().st_size > 1000
 
 

@@ -39,6 +39,14 @@ def readme_block() -> str:
     return blocks[0]
 
 
+def split_at_rating(block: str) -> tuple[str, str]:
+    """The block before and from ``adni-pu cohort build``: between them a person rates the
+    scans in the QC report and saves qc_ratings.tsv, which the test does in their place."""
+    lines = block.splitlines(keepends=True)
+    at = next(k for k, line in enumerate(lines) if line.startswith("adni-pu cohort build"))
+    return "".join(lines[:at]), "".join(lines[at:])
+
+
 def commands(block: str) -> list[str]:
     """The block's command lines, comments stripped."""
     lines = [line.split("  #", 1)[0].strip() for line in block.splitlines()]
@@ -54,6 +62,31 @@ def test_block_goes_from_download_to_predictions_and_only_epochs_varies():
     variables = set(re.findall(r"\$\{?([A-Za-z_]\w*)", "\n".join(lines)))
     assert variables == {"EPOCHS"}, variables
     assert any("--set train.epochs=$EPOCHS" in line for line in lines)
+
+
+def test_the_cohort_takes_the_ratings_saved_from_the_qc_report():
+    before, after = split_at_rating(readme_block())
+    assert any(line.startswith("adni-pu qc prep") for line in commands(before))
+    assert "prep/qc/index.html" in before  # where the rater looks
+    build = commands(after)[0]
+    assert build.startswith("adni-pu cohort build") and "--qc-ratings qc_ratings.tsv" in build
+
+
+def _rate(download: Path) -> str:
+    """Rate every scan of ``prep`` as a person would in the report: pass, one unsure with a
+    note (a fail could leave a split without labelled positives in this smallest download);
+    returns the unsure scan's id."""
+    from adni_pu.preprocessing.qc_group import load_sidecars
+    from adni_pu.preprocessing.qc_ratings import Rating, ratings_text
+    from adni_pu.preprocessing.qc_report import scan_id
+
+    records = sorted(load_sidecars(download / "prep"), key=scan_id)
+    unsure = next(scan_id(r) for r in records if r.get("status") == "done")
+    ratings = [Rating(scan_id(r), "unsure" if scan_id(r) == unsure else "pass",
+                      "ringing?" if scan_id(r) == unsure else "", "test", "2026-12-07T08:00:00Z")
+               for r in records]
+    (download / "qc_ratings.tsv").write_text(ratings_text(ratings))
+    return unsure
 
 
 def test_the_amyloid_glob_matches_the_one_table_of_a_download(tmp_path):
@@ -90,8 +123,10 @@ def test_readme_block_runs_on_a_synthetic_adni_download(tmp_path):
     download = tmp_path / "download"
     _run(["adni-pu", "synth", str(download), "--subjects", "18", "--seed", "0",
           "--set", "visit_probabilities=[1,0,0]"], tmp_path, env, tmp_path / "synth.log", 600)
-    _run(["bash", "-euo", "pipefail", "-c", readme_block()], download, env,
-         tmp_path / "block.log", 3600)
+    before, after = split_at_rating(readme_block())
+    _run(["bash", "-euo", "pipefail", "-c", before], download, env, tmp_path / "block.log", 3600)
+    unsure = _rate(download)
+    _run(["bash", "-euo", "pipefail", "-c", after], download, env, tmp_path / "block2.log", 3600)
 
     # preprocess: every image folder got the status the generator planned for it
     summary = pd.read_csv(download / "prep" / "summary.csv", dtype=str, keep_default_na=False)
@@ -102,13 +137,15 @@ def test_readme_block_runs_on_a_synthetic_adni_download(tmp_path):
     assert len(done) == 18 and (summary["status"] == "not-t1").any()
     volumes = {Path(download / "prep", p).resolve() for p in done["preprocessed_path"]}
     assert len(volumes) == 18 and all(v.is_file() for v in volumes)
-    assert (download / "prep" / "qc_contact_sheet.png").is_file()
+    assert (download / "prep" / "qc" / "index.html").is_file()
 
     # cohort build: a manifest of the preprocessed scans, split by subject
     manifest = pd.read_csv(download / "cohort" / "manifest.csv", dtype={"subject_id": str})
     assert {Path(p).resolve() for p in manifest["scan_path"]} == volumes
     assert set(manifest["split"]) == {"train", "val", "test"}
     assert (download / "cohort" / "cohort_report.md").is_file()
+    quality = pd.read_csv(download / "cohort" / "quality.csv", dtype=str)
+    assert unsure in quality.loc[quality["kind"] == "scan_rated_unsure", "examples"].iloc[0]
 
     # train and evaluate: a run folder and the test report
     run = download / "runs" / "selfpu"

@@ -36,6 +36,11 @@ def build(
              "UCBERKELEYAV45/FBB_<date>.csv, or subject,date,tracer,suvr (e.g. SUVRs from "
              "PET images); used before the clinical table's AV45/FBB/PIB "
              "(amyloid.precedence)")] = None,
+    qc_ratings: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        "--qc-ratings", show_default="none", metavar="TSV",
+        help="qc_ratings.tsv saved from the QC report (adni-pu qc): scans rated fail are "
+             "left out and listed in excluded.csv with the note; unsure and pass are kept")
+    ] = None,
     set_: sets_option("matching.amyloid_window_days=180") = None,
     clinical_opt: deprecated_path("--clinical", "CLINICAL") = None,
     scans_opt: deprecated_path("--scans", "SCANS") = None,
@@ -50,7 +55,8 @@ def build(
     out = positional_path(out, out_opt, "OUT", "--out")
     check_out_dir(out)
     cfg = load_cohort_config(config, set_ or [], preset)
-    cohort = build_cohort(clinical, scans, cfg, amyloid=list(amyloid or []))
+    cohort = build_cohort(clinical, scans, cfg, amyloid=list(amyloid or []),
+                          qc_ratings=qc_ratings)
     paths = write_cohort(cohort, out, inputs={"settings file": config})
     from adni_pu.cohort import counts_table
     from adni_pu.cohort.report import pu_task_lines

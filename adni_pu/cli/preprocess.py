@@ -18,10 +18,10 @@ def next_steps(output: Path) -> str:
     quoted for the shell, so a line pasted back works whatever the path holds)."""
     from shlex import quote
 
-    return (f"next: adni-pu qc {quote(str(output))}   (contact sheet of the QC pictures, "
-            "outliers first)\n"
+    return (f"next: adni-pu qc {quote(str(output))}   (QC report {output / 'qc' / 'index.html'}: "
+            "look at and rate every scan)\n"
             f"      adni-pu cohort build ADNIMERGE.csv {quote(str(output / 'summary.csv'))} "
-            "COHORT_DIR")
+            "COHORT_DIR [--qc-ratings qc_ratings.tsv]")
 
 
 def preprocess(

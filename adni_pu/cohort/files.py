@@ -92,6 +92,7 @@ def _inputs_of(cohort: Cohort) -> dict[str, str | Path | None]:
         "scan table": (inputs.get("scans") or {}).get("path")}
     for i, table in enumerate(inputs.get("amyloid") or []):
         found[f"amyloid table {i + 1}"] = table.get("path")
+    found["QC ratings file"] = (inputs.get("qc_ratings") or {}).get("path")
     return found
 
 

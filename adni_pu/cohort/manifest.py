@@ -84,6 +84,7 @@ def build_cohort(
     scans: str | Path | pd.DataFrame,
     config: CohortConfig | None = None,
     amyloid: AmyloidSource | list[AmyloidSource] | tuple[AmyloidSource, ...] | None = None,
+    qc_ratings: str | Path | None = None,
 ) -> Cohort:
     """Turn a clinical table and a scan table into a labelled, split cohort.
 
@@ -92,8 +93,10 @@ def build_cohort(
     ``subject, session, path[, date]`` table; ``amyloid``: one or several amyloid tables
     (UC Berkeley ``UCBERKELEY_AMY_6MM_<date>.csv``, the older per-tracer
     ``UCBERKELEYAV45/FBB_<date>.csv``, or ``subject, date, tracer, suvr``; see
-    :mod:`adni_pu.cohort.amyloid`). Raises ``CohortInputError`` when the input cannot be
-    used; everything else that is wrong is recorded in ``Cohort.quality``.
+    :mod:`adni_pu.cohort.amyloid`); ``qc_ratings``: a visual QC ``qc_ratings.tsv`` whose
+    scans rated fail are left out (:mod:`adni_pu.cohort.qc_ratings`). Raises
+    ``CohortInputError`` when the input cannot be used; everything else that is wrong is
+    recorded in ``Cohort.quality``.
     """
     cfg = config or CohortConfig()
     if amyloid is None:
@@ -119,7 +122,7 @@ def build_cohort(
 
     excluded: list[pd.DataFrame] = []
 
-    def exclude(mask: pd.Series, kind: str, message: str, reason: str,
+    def exclude(mask: pd.Series, kind: str, message: str, reason: str | pd.Series,
                 severity: str = "warning") -> None:
         nonlocal scan_table
         if not mask.any():
@@ -129,7 +132,8 @@ def build_cohort(
                     _examples(rows), severity=severity)  # type: ignore[arg-type]
         excluded.append(pd.DataFrame({
             "line": rows["_row"], "subject": rows["subject_raw"], "session": rows["session_raw"],
-            "scan_path": rows["scan_path"], "reason": reason}))
+            "scan_path": rows["scan_path"],
+            "reason": reason if isinstance(reason, str) else reason.loc[rows.index]}))
         scan_table = scan_table.loc[~mask]
 
     if used_scan["status"]:
@@ -141,6 +145,11 @@ def build_cohort(
             exclude(status == value, "scan_not_usable",
                     f"scans with status {value!r} (usable: {sorted(usable)})",
                     f"status {value}", severity="info")
+    rated = None
+    if qc_ratings is not None:  # a person's verdict, beside the automatic one
+        from adni_pu.cohort.qc_ratings import apply_qc_ratings
+
+        rated = apply_qc_ratings(scan_table, qc_ratings, scan_base, exclude, quality, stable)
     exclude(scan_table["subject_id"].isna(), "scan_without_subject",
             "scans with no subject id", "no subject id")
     # ids become file names (scan_id): a path such as ../../x is left out, and said
@@ -293,6 +302,9 @@ def build_cohort(
         "n_scans": int(len(manifest)), "n_subjects": int(manifest["subject_id"].nunique()),
         "n_excluded_scans": int(len(excluded_frame)),
     }
+    if rated is not None:
+        summary["inputs"]["qc_ratings"] = _describe_input(qc_ratings)
+        summary["qc_ratings"] = rated
     return Cohort(manifest, included, excluded_frame, quality, cfg, summary, scan_base)
 
 

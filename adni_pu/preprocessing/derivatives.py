@@ -36,7 +36,8 @@ BIDSIGNORE = ".bidsignore"
 #: What the BIDS validator is told to skip: the run's own tables and settings, the
 #: transforms (no BIDS rule yet; named as fMRIPrep names them) and the QC pictures.
 IGNORED = ("summary.csv", "summary_shard-*.csv", "preprocess_config.toml",
-           "qc_contact_sheet.png", "*_xfm.mat", "*_xfm.nii.gz", "sub-*/figures")
+           "qc_contact_sheet.png", "*_xfm.mat", "*_xfm.nii.gz", "sub-*/figures", "qc/",
+           "qc_ratings*.tsv")
 
 #: Output kind -> file name after ``sub-S_ses-T_`` (``{space}``: ``space-<tpl>_res-<label>``).
 #: ``*_json`` kinds are the BIDS sidecars of the kind before them; ``sidecar`` is the sidecar
