@@ -72,7 +72,8 @@ def test_a_stack_of_networks_gets_each_networks_loss(method, phase, sp):
             h, l_neg, rows_, mode), "targets": kw.pop("targets"), "epoch": 51.5}
         if phase < 3:
             kw.pop("other"), kw.pop("teacher")
-        return objective.step_loss(cfg, phase, lg, s_, rows_, **kw, **inputs)
+        return objective.step_loss(
+            objective.LossInputs(lg, s_, rows_, **kw, **inputs), cfg, phase)
 
     stacked, stats = loss_of(logits, s, rows, prior=prior, prior_u=prior,
                              prior_rest=prior_rest, band_fraction=band, **extra)

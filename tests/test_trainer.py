@@ -12,6 +12,7 @@ import torch
 from conftest import tiny_config
 
 from adni_pu.errors import ConfigError, ResumeError
+from adni_pu.pu import objective
 from adni_pu.pu.trainer import Trainer
 
 
@@ -143,8 +144,12 @@ def test_meta_objective_is_the_pu_risk_of_the_validation_batch(tiny_pu):
     assert 0 < int(s_val.sum()) < len(s_val)
     assert (truth[s_val == 1] == 1).all()
     params = dict(model.named_parameters())
-    value = trainer.strategy.meta_objective(model, x_val, s_val, truth)(params)
-    assert trainer.strategy.meta_objective(model, x_val, s_val, truth, n_pos)(params) == value
+    sp, prior = trainer.cfg.selfpu, trainer.run.prior
+    value = objective.ValidationBatch.of(x_val, s_val, truth).objective(model, prior, sp)(params)
+    # the population's form: the labelled positives are the first n_pos rows
+    pos = (torch.arange(len(s_val)) < n_pos).float()
+    as_rows = objective.ValidationBatch(x_val, truth, pos, 1.0 - pos)
+    assert as_rows.objective(model, prior, sp)(params) == value
     logits = calibration.functional_forward(model, params, x_val)
     expected = losses.pu_risk(logits[s_val == 1], logits[s_val == 0], trainer.prior).unbiased
     assert value.item() == pytest.approx(expected.item())

@@ -42,9 +42,9 @@ def test_the_loss_is_the_papers_formula_on_hand_made_numbers():
             "unl": torch.tensor(marginal, dtype=torch.float32),
             "marginal": torch.tensor(marginal, dtype=torch.float32)}
     t = torch.tensor(z, dtype=torch.float32)
-    loss, stats = objective.step_loss(cfg, 1, t, rows["pos"], rows, prior=0.4, prior_u=0.4,
-                                      prior_rest=0.4, mixed=torch.tensor(z_mix).float(),
-                                      lam=lam)
+    inputs = objective.LossInputs(t, rows["pos"], rows, prior=0.4, prior_u=0.4,
+                                  prior_rest=0.4, mixed=torch.tensor(z_mix).float(), lam=lam)
+    loss, stats = objective.step_loss(inputs, cfg, 1)
     assert float(stats["variational"]) == pytest.approx(var, rel=1e-6)
     assert float(stats["mixup"]) == pytest.approx(reg, rel=1e-5)
     assert float(loss) == pytest.approx(var + 0.03 * reg, rel=1e-6)

@@ -178,13 +178,15 @@ class Trainer:
                     logits = [self.ddp.forward(k, x).float() for k in range(len(self.students))]
                 else:
                     logits = [fwd(x).float() for fwd in self._train_forward]
-            batch = Batch(x, s, idx, lay, epoch + b / len(batches), phase, meta)
+            validation = None if meta is None else objective.ValidationBatch.of(*meta[:3])
+            lam, mixed = 1.0, None
             if mix is not None:
-                batch.lam, partner = mix.batch(plan, b)
-                x_mix = objective.mix_inputs(
-                    x, torch.from_numpy(partner).to(self.device), batch.lam)
+                lam, partner = mix.batch(plan, b)
+                x_mix = objective.mix_inputs(x, torch.from_numpy(partner).to(self.device), lam)
                 with self.device_data.autocast():
-                    batch.mixed = [fwd(x_mix).float() for fwd in self._train_forward]
+                    mixed = [fwd(x_mix).float() for fwd in self._train_forward]
+            step = objective.StepBatch(x, s, idx, epoch + b / len(batches), validation, lam)
+            batch = Batch(step, lay, phase, mixed)
             for k, st in enumerate(self.students):
                 with self.device_data.autocast():
                     loss, stats = strategy.loss(k, logits, batch)
