@@ -77,7 +77,7 @@ def check_population(trainers: Sequence[Trainer]) -> None:
         if not isinstance(t.data.train.x, torch.Tensor):
             raise ConfigError("a population over a map-style data set: expected tensor data "
                               "(MNIST, CIFAR-10)")
-        model = t.students[0].model
+        model = t.state.students[0].model
         if any(isinstance(m, nn.Dropout) and m.p > 0 for m in model.modules()):
             raise ConfigError(f"model {cfg.model!r} has dropout: a population needs a model "
                               "without dropout")
@@ -225,7 +225,7 @@ def train_epoch(trainers: Sequence[Trainer], epoch: int, deadline: float | None 
     graph (:mod:`adni_pu.pu.replay`), captured afresh each epoch."""
     lead, cfg = trainers[0], trainers[0].cfg
     phase = lead.strategy.phase(epoch)
-    n_students = len(lead.students)
+    n_students = len(lead.state.students)
     device = lead.device
     torch.manual_seed(cfg.seed * 100_003 + epoch)
     plans, metas, inputs = [], [], []
@@ -238,7 +238,7 @@ def train_epoch(trainers: Sequence[Trainer], epoch: int, deadline: float | None 
     masks = _Masks(trainers, plans, phase, device)
     width = masks.width
     mixes = _MixUp.of(trainers, plans, width, n_students, device)
-    students = [st for t in trainers for st in t.students]
+    students = [st for t in trainers for st in t.state.students]
     stack = Stack([st.model for st in students]).train()
     members = [st.optimizer for st in students]
     opt = _stacked_optimizer(stack, members, capture)
@@ -258,7 +258,7 @@ def train_epoch(trainers: Sequence[Trainer], epoch: int, deadline: float | None 
     def step(x: torch.Tensor, s: torch.Tensor, idx: torch.Tensor,
              rows: dict[str, torch.Tensor], meta: tuple[torch.Tensor, ...] | None,
              at: torch.Tensor, mix: tuple[torch.Tensor, torch.Tensor] | None) -> Stats:
-        with lead.device_data.autocast():
+        with lead.run.device_data.autocast():
             logits = stack(x, rows["valid"]).float()
             mixed = None
             if mix is not None:
@@ -308,7 +308,7 @@ def _epoch_means(values: dict[str, list[Any]], trainers: Sequence[Trainer]
                  ) -> list[dict[str, float]]:
     """Each run's statistics (``student/key``) as means over the epoch's batches
     (:func:`device_data.epoch_means`, per network)."""
-    names = [(i, st.name) for i, t in enumerate(trainers) for st in t.students]
+    names = [(i, st.name) for i, t in enumerate(trainers) for st in t.state.students]
     out: list[dict[str, float]] = [{} for _ in trainers]
     for key, mean in epoch_means(values).items():
         for m, (i, name) in enumerate(names):
