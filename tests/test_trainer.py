@@ -90,7 +90,7 @@ def test_resume_after_interrupt_equals_uninterrupted(tiny_pu, tmp_path, method):
 def test_a_training_prior_other_than_the_datas_is_refused(tiny_pu):
     from adni_pu.config import ConfigError
 
-    assert Trainer(tiny_config(method="nnpu", prior=0.4), tiny_pu).prior == 0.4  # the same
+    assert Trainer(tiny_config(method="nnpu", prior=0.4), tiny_pu).run.prior == 0.4  # the same
     with pytest.raises(ConfigError, match="differs from the class prior 0.4"):
         Trainer(tiny_config(method="nnpu", prior=0.3), tiny_pu)
 

@@ -154,7 +154,7 @@ def test_a_vpu_run_selects_by_the_variational_loss_and_folds_the_normaliser(tmp_
     # the folded model decides phi(x) / m > 1/2 on the raw model's scores
     raw = Trainer(cfg, _pu(), tmp_path / "raw")
     raw.state.best = {**best, "state": {"single": shift_output_bias(
-        best["state"]["single"], raw.students[0].model, math.log((m / 2) / (1 - m / 2)))}}
+        best["state"]["single"], raw.state.students[0].model, math.log((m / 2) / (1 - m / 2)))}}
     z_raw = raw.predict_logits(raw.best_model(), trainer.data.test)
     z = trainer.predict_logits(trainer.best_model(), trainer.data.test)
     assert np.array_equal(z > 0, sigmoid(z_raw) / m > 0.5)
