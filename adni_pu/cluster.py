@@ -8,12 +8,13 @@
   GPU each task joins the DDP process group from the variables that submitit's
   ``TorchDistributedEnvironment`` exports (the same ones torchrun sets).
 
-submitit writes the sbatch scripts, submits them and pickles the calls; with ``cluster="local"``
-its LocalExecutor runs the same jobs as processes on this machine (how the tests run them).
-``python`` is the command that starts Python on the nodes, e.g. ``"apptainer exec --nv
---bind /scratch adni-pu.sif python"`` to run inside the Apptainer image. Any other submitit
-parameter (``slurm_partition``, ``timeout_min``, ``cpus_per_task``, ``mem_gb``,
-``slurm_account``, ``slurm_array_parallelism``, ...) passes through ``params``. See
+submitit writes the sbatch scripts, submits them and pickles the calls; a :class:`Scheduler`
+says where: its log folder, the cluster (with ``"local"`` submitit's LocalExecutor runs the
+same jobs as processes on this machine, how the tests run them) and ``python``, the command
+that starts Python on the nodes, e.g. ``"apptainer exec --nv --bind /scratch adni-pu.sif
+python"`` to run inside the Apptainer image. Any other submitit parameter
+(``slurm_partition``, ``timeout_min``, ``cpus_per_task``, ``mem_gb``, ``slurm_account``,
+``slurm_array_parallelism``, ...) passes through ``params``. See
 docs/deployment.md.
 """
 
@@ -43,15 +44,26 @@ class PreprocessJobs:
         return self.merge.result()
 
 
-def _executor(log_dir: str | Path, cluster: str | None, python: str | None,
-              params: dict[str, Any]):
+@dataclass(frozen=True)
+class Scheduler:
+    """Where jobs go: submitit's folder for scripts, pickles and logs (``log_dir``), the
+    ``cluster`` (``"slurm"``, ``"local"`` or None: submitit picks, Slurm when ``srun`` is
+    on the PATH) and the command that starts Python on the nodes (``python``; None: the
+    submitting interpreter)."""
+
+    log_dir: str | Path
+    cluster: str | None = None
+    python: str | None = None
+
+
+def _executor(scheduler: Scheduler, params: dict[str, Any]):
     import submitit
 
-    kwargs: dict[str, Any] = {}
-    if python is not None:
+    cluster, kwargs = scheduler.cluster, {}
+    if scheduler.python is not None:
         cluster = cluster or submitit.AutoExecutor.which()
-        kwargs[f"{cluster}_python"] = python
-    executor = submitit.AutoExecutor(folder=str(log_dir), cluster=cluster, **kwargs)
+        kwargs[f"{cluster}_python"] = scheduler.python
+    executor = submitit.AutoExecutor(folder=str(scheduler.log_dir), cluster=cluster, **kwargs)
     executor.update_parameters(**params)
     return executor
 
@@ -87,12 +99,10 @@ def submit_preprocessing(
     output: str | Path,
     shards: int,
     *,
-    log_dir: str | Path,
+    scheduler: Scheduler,
     config: PreprocessConfig | None = None,
     workers: int | None = None,
     threads_per_worker: int | None = None,
-    cluster: str | None = None,
-    python: str | None = None,
     merge_params: dict[str, Any] | None = None,
     **params: Any,
 ) -> PreprocessJobs:
@@ -100,8 +110,8 @@ def submit_preprocessing(
 
     ``params`` are submitit parameters of each array task; ``merge_params`` override
     :data:`MERGE_PARAMS` for the merge job (which otherwise shares the partition and
-    account). ``cluster``: ``"slurm"``, ``"local"`` or None (submitit picks: Slurm when
-    ``srun`` is on the PATH). Returns at once on Slurm; ``.result()`` waits for the merge.
+    account). ``scheduler``: where the jobs go (:class:`Scheduler`). Returns at once on
+    Slurm; ``.result()`` waits for the merge.
     """
     if shards < 1:
         raise ClusterError(f"shards: expected a count >= 1, found {shards}")
@@ -112,7 +122,7 @@ def submit_preprocessing(
     else:
         inputs = [str(Path(p).resolve()) for p in inputs]
     params = {"name": "adni-pu-preprocess", **params}
-    executor = _executor(log_dir, cluster, python, params)
+    executor = _executor(scheduler, params)
     labels = [f"{i}/{shards}" for i in range(1, shards + 1)]
     jobs = executor.map_array(_preprocess_shard, [inputs] * shards, [out] * shards,
                               [config] * shards, labels, [workers] * shards,
@@ -126,7 +136,8 @@ def submit_preprocessing(
     else:
         for job in jobs:  # no scheduler to hold the merge back: wait here
             job.result()
-    merge_executor = _executor(log_dir, executor.cluster, python, merge)
+    merge_executor = _executor(Scheduler(scheduler.log_dir, executor.cluster,
+                                         scheduler.python), merge)
     merge_job = merge_executor.submit(merge_shards, out, shards)
     return PreprocessJobs(shards=jobs, merge=merge_job)
 
@@ -155,14 +166,12 @@ def submit_training(
     manifest: str | Path,
     out: str | Path,
     *,
-    log_dir: str | Path,
+    scheduler: Scheduler,
     gpus: int = 1,
     tasks: int | None = None,
     config: str | Path | None = None,
     preset: str | None = None,
     overrides: Sequence[str] = (),
-    cluster: str | None = None,
-    python: str | None = None,
     **params: Any,
 ):
     """Train on one node as ``adni-pu train`` does; returns the submitit job.
@@ -170,7 +179,8 @@ def submit_training(
     ``gpus`` GPUs and one task per GPU (``tasks`` tasks on ``gpus=0``, e.g. gloo processes
     on CPUs); ``overrides`` are ``--set`` strings, e.g. ``'train.device="cuda"'``. The job's
     ``.results()`` holds each task's ``{"run", "best_epoch", "best_candidate",
-    "world_size"}`` (the same on every rank).
+    "world_size"}`` (the same on every rank). ``scheduler``: where the job goes
+    (:class:`Scheduler`).
     """
     if gpus < 0:
         raise ClusterError(f"gpus: expected a count >= 0, found {gpus}")
@@ -179,7 +189,7 @@ def submit_training(
         raise ClusterError(f"tasks: expected one per GPU ({gpus}), found {ntasks}")
     params = {"name": "adni-pu-train", "nodes": 1, "tasks_per_node": ntasks,
               "gpus_per_node": gpus, **params}
-    executor = _executor(log_dir, cluster, python, params)
+    executor = _executor(scheduler, params)
     return executor.submit(
         _train, str(Path(manifest).resolve()), str(Path(out).resolve()),
         str(Path(config).resolve()) if config is not None else None, preset,

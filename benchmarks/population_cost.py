@@ -72,7 +72,7 @@ def run_mode(size: int | None, args: argparse.Namespace, hypergradient: str,
         histories = [trainers[0].fit().history]
     else:
         fit_population(trainers, capture=capture)
-        histories = [t.history for t in trainers]
+        histories = [t.state.history for t in trainers]
     wall = time.perf_counter() - start
     seconds = phase_seconds(histories[0])
     projected = sum(SCHEDULE[int(p)] * s for p, s in seconds.items())

@@ -101,7 +101,7 @@ def test_virtual_step_leaves_batchnorm_statistics_alone():
     before_count = bn.num_batches_tracked.clone()
     w = calibration.calibration_weights(
         model, losses.entropy(logits), losses.sigmoid_loss(logits, -1.0), objective,
-        step_size=0.1, batch_size=6, cap=1 / 16)
+        calibration.MetaStep(step_size=0.1, cap=1 / 16), batch_size=6)
     torch.testing.assert_close(bn.running_mean, before_mean)
     torch.testing.assert_close(bn.running_var, before_var)
     assert bn.num_batches_tracked == before_count
@@ -169,6 +169,7 @@ def test_forward_mode_hypergradient_equals_the_double_backward_one(bn, sign_flip
     torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-9)
     # the forward-mode pass leaves the real BatchNorm statistics alone
     assert all(torch.equal(a, b) for a, b in zip(running, model.buffers()))
-    weights = calibration.calibration_weights(model, h, l_neg, objective, 0.5, 6, 1.0,
-                                              sign_flip, terms_at=terms_at)
+    weights = calibration.calibration_weights(
+        model, h, l_neg, objective, calibration.MetaStep(0.5, 1.0, sign_flip), 6,
+        terms_at=terms_at)
     torch.testing.assert_close(weights.raw, expected, rtol=1e-6, atol=1e-9)

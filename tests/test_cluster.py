@@ -13,7 +13,13 @@ import pandas as pd
 import pytest
 from volume_helpers import make_volume_cohort, tiny_overrides
 
-from adni_pu.cluster import ClusterError, merge_shards, submit_preprocessing, submit_training
+from adni_pu.cluster import (
+    ClusterError,
+    Scheduler,
+    merge_shards,
+    submit_preprocessing,
+    submit_training,
+)
 from adni_pu.preprocessing import discover_scans, load_config
 from adni_pu.preprocessing.phantom import synthetic_head
 from adni_pu.preprocessing.summary import SUMMARY_COLUMNS, shard_summary_path, write_summary
@@ -63,7 +69,7 @@ def test_local_executor_preprocesses_shards_then_merges(tmp_path) -> None:
     nib.save(nib.Nifti1Image(head.data, head.affine), str(inputs / "headA.nii.gz"))
     (inputs / "broken.nii.gz").write_bytes(b"\x1f\x8b truncated")
     out = tmp_path / "out"
-    jobs = submit_preprocessing(inputs, out, 2, log_dir=tmp_path / "logs", cluster="local",
+    jobs = submit_preprocessing(inputs, out, 2, scheduler=Scheduler(tmp_path / "logs", "local"),
                                 config=load_config(None, FAST), timeout_min=10)
     merged = jobs.result()
     assert [j.result() for j in jobs.shards] == [{"failed": 1}, {"done": 1}]
@@ -79,9 +85,9 @@ def test_local_executor_preprocesses_shards_then_merges(tmp_path) -> None:
 
 def _train_locally(tmp_path: Path, tasks: int) -> list[dict]:
     manifest = make_volume_cohort(tmp_path / "cohort")
-    job = submit_training(manifest, tmp_path / "run", log_dir=tmp_path / "logs", gpus=0,
-                          tasks=tasks, preset="nnpu", overrides=tiny_overrides(2),
-                          cluster="local", timeout_min=10)
+    job = submit_training(manifest, tmp_path / "run", scheduler=Scheduler(tmp_path / "logs", "local"),
+                          gpus=0, tasks=tasks, preset="nnpu", overrides=tiny_overrides(2),
+                          timeout_min=10)
     results = job.results()
     assert len(results) == tasks
     for result in results:
@@ -135,8 +141,9 @@ def _sbatch(text: str) -> dict[str, str]:
 
 def test_slurm_array_then_merge_after_every_shard(tmp_path, fake_sbatch) -> None:
     python = "apptainer exec --bind /scratch adni-pu.sif python"
-    jobs = submit_preprocessing(tmp_path / "bids", tmp_path / "out", 3, log_dir=tmp_path / "logs",
-                                cluster="slurm", python=python, workers=4,
+    jobs = submit_preprocessing(tmp_path / "bids", tmp_path / "out", 3,
+                                scheduler=Scheduler(tmp_path / "logs", "slurm", python),
+                                workers=4,
                                 slurm_partition="cpu", cpus_per_task=4, timeout_min=240,
                                 slurm_array_parallelism=2)
     array, merge = (fake_sbatch / "0.sh").read_text(), (fake_sbatch / "1.sh").read_text()
@@ -154,16 +161,17 @@ def test_slurm_array_then_merge_after_every_shard(tmp_path, fake_sbatch) -> None
 
 
 def test_slurm_training_takes_one_task_per_gpu(tmp_path, fake_sbatch) -> None:
-    job = submit_training(tmp_path / "cohort", tmp_path / "run", log_dir=tmp_path / "logs",
-                          gpus=4, preset="selfpu", overrides=['train.device="cuda"'],
-                          cluster="slurm", slurm_partition="gpu", timeout_min=1440)
+    job = submit_training(tmp_path / "cohort", tmp_path / "run",
+                          scheduler=Scheduler(tmp_path / "logs", "slurm"), gpus=4,
+                          preset="selfpu", overrides=['train.device="cuda"'],
+                          slurm_partition="gpu", timeout_min=1440)
     opts = _sbatch((fake_sbatch / "0.sh").read_text())
     assert opts["gpus-per-node"] == "4" and opts["ntasks-per-node"] == "4"
     assert opts["nodes"] == "1" and opts["partition"] == "gpu"
     assert job.job_id == "4200"
     with pytest.raises(ClusterError, match="one per GPU"):
-        submit_training(tmp_path / "c", tmp_path / "r", log_dir=tmp_path / "logs", gpus=2,
-                        tasks=3, cluster="slurm")
+        submit_training(tmp_path / "c", tmp_path / "r", scheduler=Scheduler(tmp_path / "logs", "slurm"),
+                        gpus=2, tasks=3)
 
 
 # ------------------------------------------------------------------ plain sbatch scripts

@@ -55,7 +55,7 @@ def _worker(rank: int, world: int, port: int, out: str, presets: list[str]) -> N
         trainer = Trainer(_config(preset), _data(), Path(out) / preset, log=lambda m: None,
                           distributed=run)
         fit = trainer.fit()
-        state = {f"{st.name}.{k}": v for st in trainer.students
+        state = {f"{st.name}.{k}": v for st in trainer.state.students
                  for k, v in st.model.state_dict().items()}
         torch.save({"state": state, "best_epoch": fit.best_epoch,
                     "n_history": len(fit.history)}, Path(out) / f"{preset}-rank{rank}.pt")

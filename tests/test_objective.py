@@ -72,7 +72,8 @@ def test_a_stack_of_networks_gets_each_networks_loss(method, phase, sp):
             h, l_neg, rows_, mode), "targets": kw.pop("targets"), "epoch": 51.5}
         if phase < 3:
             kw.pop("other"), kw.pop("teacher")
-        return objective.step_loss(cfg, phase, lg, s_, rows_, **kw, **inputs)
+        return objective.step_loss(
+            objective.LossInputs(lg, s_, rows_, **kw, **inputs), cfg, phase)
 
     stacked, stats = loss_of(logits, s, rows, prior=prior, prior_u=prior,
                              prior_rest=prior_rest, band_fraction=band, **extra)
@@ -94,6 +95,47 @@ def test_a_stack_of_networks_gets_each_networks_loss(method, phase, sp):
         for key, value in one_stats.items():
             ours = stats[key][m] if isinstance(stats[key], torch.Tensor) else stats[key]
             assert float(ours) == pytest.approx(float(value), abs=1e-6), (m, key)
+
+
+def test_network_inputs_stack_along_the_network_axis():
+    """A method's per-network inputs, stacked, give each network's own step inputs: the
+    numbers as M-vectors, each network's targets gathered at its own batch rows, the meta
+    step only with a validation batch, the teacher's logits only with a teacher."""
+    parts = [objective.NetworkInputs(0.4, 0.3, 0.2, 0.5, torch.tensor([0.0, 1.0, 0.5])),
+             objective.NetworkInputs(0.6, 0.5, 0.1, 0.25, torch.tensor([1.0, 0.0, 0.25]))]
+    stacked = objective.NetworkInputs.stack(parts, torch.device("cpu"))
+    assert torch.equal(stacked.prior, torch.tensor([0.4, 0.6]))
+    assert torch.equal(stacked.prior_rest, torch.tensor([0.2, 0.1]))
+    assert torch.equal(stacked.band_fraction, torch.tensor([0.5, 0.25]))
+    idx, s = torch.tensor([[2, 0], [2, 1]]), torch.tensor([[1.0, 0.0], [0.0, 0.0]])
+    rows = {"valid": torch.ones(2, 2)}
+    logits, teacher = torch.randn(2, 2), torch.nn.Identity()
+    sp = SelfPUConfig()
+    both = stacked.at(objective.StepBatch(logits, s, idx, epoch=1.5), rows, logits,
+                      torch.nn.Identity(), sp, teacher=teacher)
+    assert torch.equal(both.targets, torch.tensor([[0.5, 0.0], [0.25, 0.0]]))
+    assert both.calibrate is None and torch.equal(both.teacher, logits) and both.epoch == 1.5
+    for m, part in enumerate(parts):
+        one = part.at(objective.StepBatch(logits[m], s[m], idx[m]), {"valid": torch.ones(2)},
+                      logits[m], torch.nn.Identity(), sp)
+        assert torch.equal(one.targets, both.targets[m]) and one.teacher is None
+        assert one.prior == pytest.approx(float(both.prior[m]))
+    none = objective.NetworkInputs.stack([objective.NetworkInputs(0.4, 0.4, 0.4)] * 2,
+                                         torch.device("cpu"))
+    assert none.band_fraction is None and none.targets is None
+
+
+def test_the_engines_and_the_objective_do_not_know_the_methods():
+    """The population engine and the objective read a method through its typed inputs
+    only: neither imports a strategy."""
+    root = Path(objective.__file__).parent
+    for name in ("population.py", "objective.py"):
+        tree = ast.parse((root / name).read_text(encoding="utf-8"))
+        imported = {node.module or "" for node in ast.walk(tree)
+                    if isinstance(node, ast.ImportFrom)}
+        assert not {m for m in imported if "strategies" in m}, name
+        names = {getattr(node, "id", getattr(node, "attr", None)) for node in ast.walk(tree)}
+        assert not names & {"SelfPU", "VPU", "Baseline"}, name
 
 
 def test_band_correction_over_masks():

@@ -41,8 +41,8 @@ def two_seeds():
 
 def _assert_runs_equal(alone: list[Trainer], together: list[Trainer], tol: float) -> None:
     for a, b in zip(alone, together):
-        assert len(a.history) == len(b.history) == a.cfg.epochs
-        for row_a, row_b in zip(a.history, b.history):
+        assert len(a.state.history) == len(b.state.history) == a.cfg.epochs
+        for row_a, row_b in zip(a.state.history, b.state.history):
             assert set(row_a) == set(row_b)
             for key, va in row_a.items():
                 vb = row_b[key]
@@ -63,7 +63,7 @@ def _assert_runs_equal(alone: list[Trainer], together: list[Trainer], tol: float
                 # weights after 5 epochs at lr 1e-2 carry more rounding than the metrics
                 assert torch.allclose(pa.float(), pb.float(), rtol=10 * tol, atol=10 * tol), \
                     (name, pname)
-        for sa, sb in zip(a.students, b.students):
+        for sa, sb in zip(a.state.students, b.state.students):
             # the same members with the same pseudo-labels (their order is the score
             # ranking, in which rounding may swap two neighbours; training reads membership)
             order_a, order_b = np.argsort(sa.trusted.indices), np.argsort(sb.trusted.indices)
@@ -126,12 +126,12 @@ def test_a_population_of_runs_with_their_own_priors_equals_separate_runs(two_see
         t.fit()
     together = [Trainer(c, d) for c, d in runs]
     assert all(r.complete for r in fit_population(together))
-    assert [t.prior for t in together] == [0.33, 0.47]
+    assert [t.run.prior for t in together] == [0.33, 0.47]
     _assert_runs_equal(alone, together, 1e-5)
     # the test has teeth: had the stack given run 1 the first run's prior, it would differ
     wrong = Trainer(*run(1, 0.33))
     wrong.fit()
-    right, other = alone[1].history[-1], wrong.history[-1]
+    right, other = alone[1].state.history[-1], wrong.state.history[-1]
     assert any(right[k] != other[k] for k in right
                if isinstance(right[k], float) and not k.startswith("time/"))
 
@@ -170,7 +170,7 @@ def test_population_run_folders_resume_alone(two_seeds, tmp_path):
     resumed = [Trainer(c, d, r) for c, d, r in zip(cfgs, two_seeds, runs)]
     fit_population(resumed[:1])
     resumed[1].fit()
-    assert [t.start_epoch for t in resumed] == [2, 2]
+    assert [t.state.start_epoch for t in resumed] == [2, 2]
     _assert_runs_equal(alone, resumed, 1e-5)
 
 
@@ -290,12 +290,12 @@ def test_a_population_of_cnns_with_augmentation(amp):
     fit_population(together)
     tol = 2e-2 if amp else 1e-3  # bfloat16 keeps 8 bits of each product
     for a, b in zip(alone, together):
-        assert [r["phase"] for r in b.history] == [1, 2, 3]
-        assert set(a.history[-1]) == set(b.history[-1])
-        for key, value in a.history[0].items():
+        assert [r["phase"] for r in b.state.history] == [1, 2, 3]
+        assert set(a.state.history[-1]) == set(b.state.history[-1])
+        for key, value in a.state.history[0].items():
             if isinstance(value, float) and not key.startswith("time/") and key.endswith("risk"):
-                assert b.history[0][key] == pytest.approx(value, rel=tol), key
-        assert all(math.isfinite(v) for k, v in b.history[-1].items()
+                assert b.state.history[0][key] == pytest.approx(value, rel=tol), key
+        assert all(math.isfinite(v) for k, v in b.state.history[-1].items()
                    if isinstance(v, float) and k.startswith("train/"))
 
 

@@ -105,7 +105,7 @@ def test_selfpu_final_rule_keeps_the_finalist_of_highest_pu_auc(tiny_pu, tmp_pat
     last = fit.history[-1]
     scores = {n: last[f"val/{n}/pu_auc"] for n in ("teacher1", "teacher2", "average")}
     assert len(set(scores.values())) > 1, "finalists tie: the direction would not matter"
-    assert trainer.final["val_scores"] == scores
+    assert trainer.state.final["val_scores"] == scores
     assert fit.best_epoch == cfg.epochs - 1
     assert fit.best_candidate == max(scores, key=lambda n: (scores[n], n))
     summary = json.loads((tmp_path / "run" / "selection.json").read_text())
@@ -136,10 +136,10 @@ def test_the_best_pu_auc_so_far_survives_a_resume(tiny_pu, tmp_path, scripted):
         interrupted.fit()
     resumed = Trainer(cfg, tiny_pu, tmp_path / "resumed")
     fit = resumed.fit()
-    assert resumed.start_epoch == 2
-    assert fit.best_epoch == straight.best["epoch"] == PICKED_BY_AUC
-    for key, value in straight.best["state"]["single"].items():
-        torch.testing.assert_close(resumed.best["state"]["single"][key], value, msg=key)
+    assert resumed.state.start_epoch == 2
+    assert fit.best_epoch == straight.state.best["epoch"] == PICKED_BY_AUC
+    for key, value in straight.state.best["state"]["single"].items():
+        torch.testing.assert_close(resumed.state.best["state"]["single"][key], value, msg=key)
     assert_selected_by_pu_auc(tmp_path / "resumed")
 
 

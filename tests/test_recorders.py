@@ -112,14 +112,14 @@ def test_validation_logits_are_written_per_epoch_only_when_asked(tiny_pu, tmp_pa
     split = np.load(run / "val_logits" / "split.npz")
     assert np.array_equal(split["labelled"], tiny_pu.val.labelled)
     assert np.array_equal(split["unlabelled"], tiny_pu.val.unlabelled_indices(tiny_pu.scheme))
-    assert float(split["prior"]) == pytest.approx(trainer.prior)
+    assert float(split["prior"]) == pytest.approx(trainer.run.prior)
     files = sorted(p.name for p in (run / "val_logits").glob("epoch-*.npz"))
     assert files == [f"epoch-{e:04d}.npz" for e in range(4)]
     last = np.load(run / "val_logits" / "epoch-0003.npz")
     assert sorted(last.files) == ["student1", "student2", "teacher1", "teacher2"]
     # the recorded logits are the ones the last epoch scored: its row's validation risk
     rows = read_metrics_csv(run / "metrics.csv")
-    assert trainer.val_scores(last["teacher1"])["pu_risk"] == pytest.approx(
+    assert trainer.run.val_scores(last["teacher1"])["pu_risk"] == pytest.approx(
         float(rows[-1]["val/teacher1/pu_risk"]), abs=1e-6)
     assert sorted(np.load(run / "val_logits" / "epoch-0000.npz").files) == ["student1",
                                                                              "student2"]

@@ -70,17 +70,17 @@ def test_band_layout_and_prior_in_the_trainer(tiny_pu):
                                                "reweight": False})
     trainer = Trainer(cfg, tiny_pu)
     trainer.strategy.select(0)
-    st = trainer.students[0]
+    st = trainer.state.students[0]
     scores = 1 / (1 + np.exp(-trainer.predict_logits(st.model, tiny_pu.train)))
     expected = band_positives(scores, tiny_pu.train.labelled, st.trusted)
-    assert np.array_equal(st.band_pos, expected) and 0 < len(expected) < trainer.n_p
+    assert np.array_equal(st.band_pos, expected) and 0 < len(expected) < trainer.run.n_p
     # default: pi_rest counted from the pseudo-labels, with U' leaving out the labelled
     # positives' copies that case-control D_U holds (all n_p of them here)
-    assert tiny_pu.scheme == "case-control" and trainer.run.n_copies == trainer.n_p
+    assert tiny_pu.scheme == "case-control" and trainer.run.n_copies == trainer.run.n_p
     n_pos = int(st.trusted.pseudo_labels.sum())
     assert st.prior_rest == pytest.approx(
-        (trainer.prior_u * trainer.n_u - trainer.n_p - n_pos)
-        / (trainer.n_u - trainer.n_p - len(st.trusted)))
+        (trainer.run.prior_u * trainer.run.n_u - trainer.run.n_p - n_pos)
+        / (trainer.run.n_u - trainer.run.n_p - len(st.trusted)))
 
     def band_trainer(where: str) -> Trainer:
         t = Trainer(tiny_config(method="selfpu", selfpu={
@@ -91,30 +91,30 @@ def test_band_layout_and_prior_in_the_trainer(tiny_pu):
 
     # f_band from the validation split's labelled positives
     on_val = band_trainer("validation")
-    t_lo, t_hi = score_band(scores, on_val.students[0].trusted)
+    t_lo, t_hi = score_band(scores, on_val.state.students[0].trusted)
     val = tiny_pu.val
     val_scores = 1 / (1 + np.exp(-trainer.predict_logits(st.model, val)))[val.labelled]
     f_val = float(((val_scores > t_lo) & (val_scores < t_hi)).mean())
-    assert on_val.students[0].prior_rest == pytest.approx(
-        band_prior(trainer.prior_u, trainer.n_u, len(st.trusted), f_val, trainer.n_p))
+    assert on_val.state.students[0].prior_rest == pytest.approx(
+        band_prior(trainer.run.prior_u, trainer.run.n_u, len(st.trusted), f_val, trainer.run.n_p))
     # or from the training split's labelled positives (the ones the model fitted)
     on_train = band_trainer("training")
-    f_band = len(on_train.students[0].band_pos) / on_train.n_p
-    assert on_train.students[0].prior_rest == pytest.approx(
-        band_prior(trainer.prior_u, trainer.n_u, len(on_train.students[0].trusted), f_band,
-                   trainer.n_p))
+    f_band = len(on_train.state.students[0].band_pos) / on_train.run.n_p
+    assert on_train.state.students[0].prior_rest == pytest.approx(
+        band_prior(trainer.run.prior_u, trainer.run.n_u, len(on_train.state.students[0].trusted), f_band,
+                   trainer.run.n_p))
     assert f_val != f_band  # the two estimates differ on this data, so both are checked
     batches = trainer.epoch_batches(np.random.default_rng(0))
     trainer.strategy.training_start(0, 2)
     layouts = trainer.strategy.layouts(EpochPlan.of(batches), 2)
     for batch, lay in zip(batches, layouts):
-        rows = trainer.entries.base[batch]
-        want = np.flatnonzero(trainer.entries.s[batch].astype(bool) & np.isin(rows, expected))
+        rows = trainer.run.entries.base[batch]
+        want = np.flatnonzero(trainer.run.entries.s[batch].astype(bool) & np.isin(rows, expected))
         assert lay.rows(0)["band_pos"].nonzero().flatten().tolist() == want.tolist()
     # the default ("prior") builds no band rows
     plain = Trainer(tiny_config(method="selfpu", selfpu={"warmup_epochs": 0}), tiny_pu)
     plain.strategy.select(0)
-    assert plain.students[0].band_pos is None
+    assert plain.state.students[0].band_pos is None
     plain.strategy.training_start(0, 2)
     lay = plain.strategy.layouts(EpochPlan.of(batches), 2)[0]
     assert "band_pos" not in lay.rows(0)
@@ -171,7 +171,7 @@ def test_non_negativity_is_decided_on_the_unweighted_risk(mode, fired):
 
 def test_positive_share_batches(tiny_pu):
     trainer = Trainer(tiny_config(method="nnpu", batch_size=32, positive_share=0.25), tiny_pu)
-    n_p, n_u = trainer.n_p, trainer.n_u
+    n_p, n_u = trainer.run.n_p, trainer.run.n_u
     batches = trainer.epoch_batches(np.random.default_rng([0, 3]))
     assert len(batches) == math.ceil(n_u / 24)
     pos = [b[b < n_p] for b in batches]
@@ -195,10 +195,10 @@ def test_positive_share_with_distributed_sharding(tiny_pu):
     cfg = tiny_config(method="nnpu", batch_size=32, positive_share=0.25)
     trainer = Trainer(cfg, tiny_pu, distributed=DistributedRun(0, 3))
     batches = trainer.epoch_batches(np.random.default_rng(0))
-    assert len(batches) % 3 == 0 and len(batches) >= math.ceil(trainer.n_u / 24)
-    assert all(np.sum(b < trainer.n_p) == 8 for b in batches)
-    u_all = np.concatenate([b[b >= trainer.n_p] for b in batches])
-    assert len(u_all) == trainer.n_u == len(set(u_all.tolist()))
+    assert len(batches) % 3 == 0 and len(batches) >= math.ceil(trainer.run.n_u / 24)
+    assert all(np.sum(b < trainer.run.n_p) == 8 for b in batches)
+    u_all = np.concatenate([b[b >= trainer.run.n_p] for b in batches])
+    assert len(u_all) == trainer.run.n_u == len(set(u_all.tolist()))
 
 
 def test_positive_share_is_checked():
@@ -220,8 +220,8 @@ def test_selfpu_with_all_three_settings_trains_and_resumes_exactly(tiny_pu, tmp_
     cfg = tiny_config(method="selfpu", epochs=4, positive_share=0.25, selfpu=sp)
     straight = Trainer(cfg, tiny_pu, tmp_path / "straight")
     straight.fit()
-    assert all(st.band_pos is not None for st in straight.students)
-    rows = straight.history
+    assert all(st.band_pos is not None for st in straight.state.students)
+    rows = straight.state.history
     assert all(math.isfinite(r["train/student1/loss"]) for r in rows)
     assert "train/student1/pu_weight_mean" in rows[1]
     assert rows[1]["train/student1/pu_weight_mean"] == pytest.approx(1.0)
@@ -234,13 +234,13 @@ def test_selfpu_with_all_three_settings_trains_and_resumes_exactly(tiny_pu, tmp_
         interrupted.fit()
     resumed = Trainer(cfg, tiny_pu, tmp_path / "resumed")
     resumed.fit()
-    assert resumed.start_epoch == 3
-    for s1, s2 in zip(straight.students, resumed.students):
+    assert resumed.state.start_epoch == 3
+    for s1, s2 in zip(straight.state.students, resumed.state.students):
         assert np.array_equal(s1.band_pos, s2.band_pos)
         assert s1.prior_rest == s2.prior_rest
         for (k, v1), v2 in zip(s1.model.state_dict().items(), s2.model.state_dict().values()):
             torch.testing.assert_close(v1, v2, msg=k)
-    assert straight.best["score"] == pytest.approx(resumed.best["score"])
+    assert straight.state.best["score"] == pytest.approx(resumed.state.best["score"])
 
 
 @pytest.mark.parametrize(("name", "method", "rest", "reweight", "share"), [
@@ -265,7 +265,7 @@ def test_prior_rest_truth_is_the_true_positive_fraction_left_in_u(tiny_pu):
         "reweight": False, "rates": [0.3], "teachers": False, "student_consistency": "none"})
     trainer = Trainer(cfg, tiny_pu)
     row = trainer.fit().history[-1]
-    st = trainer.students[0]
+    st = trainer.state.students[0]
     unlabelled = tiny_pu.train.unlabelled_indices(tiny_pu.scheme)
     rest = np.setdiff1d(unlabelled, st.trusted.indices)
     assert len(st.trusted) > 0 and len(rest) < len(unlabelled)
@@ -282,12 +282,12 @@ def test_band_rest_rows_leave_out_the_labelled_copies(tiny_pu):
     trainer = Trainer(cfg, tiny_pu)
     trainer.strategy.select(0)
     batches = trainer.epoch_batches(np.random.default_rng(0))
-    members = [s.trusted.membership(len(tiny_pu.train))[0] for s in trainer.students]
+    members = [s.trusted.membership(len(tiny_pu.train))[0] for s in trainer.state.students]
     trainer.strategy.training_start(0, 2)
     seen_copy = False
     for batch, lay in zip(batches, trainer.strategy.layouts(EpochPlan.of(batches), 2)):
-        rows = trainer.entries.base[batch]
-        s_b = trainer.entries.s[batch]
+        rows = trainer.run.entries.base[batch]
+        s_b = trainer.run.entries.s[batch]
         copies = (s_b == 0) & tiny_pu.train.labelled[rows]
         seen_copy |= bool(copies.any())
         rest = set(lay.rows(0)["rest"].nonzero().flatten().tolist())

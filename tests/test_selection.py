@@ -64,7 +64,7 @@ def test_final_rule_chooses_among_the_finalists_after_the_last_epoch(tiny_pu, tm
     else:
         expected = {"single": {k: v.cpu() for k, v in
                                live[fit.best_candidate].state_dict().items()}}
-    assert_same_state(trainer.best["state"], expected)
+    assert_same_state(trainer.state.best["state"], expected)
     saved = torch.load(tmp_path / "run" / "best_model.pt", weights_only=False)
     assert saved["candidate"] == fit.best_candidate and saved["epoch"] == cfg.epochs - 1
     summary = json.loads((tmp_path / "run" / "selection.json").read_text())
@@ -97,34 +97,34 @@ def test_final_rule_keeps_the_end_when_earlier_epochs_score_better(tiny_pu, sele
         assert (fit.best_epoch, fit.best_candidate) == (0, "student1")
     else:
         assert fit.best_epoch == trainer.cfg.epochs - 1
-        assert fit.best_candidate == trainer.final["choice"] == "teacher1"
+        assert fit.best_candidate == trainer.state.final["choice"] == "teacher1"
 
 
 def test_final_rule_for_a_single_model_is_the_last_epoch(tiny_pu):
     trainer = Trainer(tiny_config(method="nnpu", epochs=3, selection="final"), tiny_pu)
     fit = trainer.fit()
     assert (fit.best_epoch, fit.best_candidate) == (2, "model")
-    assert trainer.final["val_scores"].keys() == {"model"}
-    assert_same_state(trainer.best["state"], {"single": {
-        k: v.cpu() for k, v in trainer.students[0].model.state_dict().items()}})
+    assert trainer.state.final["val_scores"].keys() == {"model"}
+    assert_same_state(trainer.state.best["state"], {"single": {
+        k: v.cpu() for k, v in trainer.state.students[0].model.state_dict().items()}})
 
 
 def test_best_epoch_rule_also_records_the_finalists(tiny_pu):
     trainer = Trainer(selfpu(), tiny_pu)
     trainer.fit()
-    last = trainer.history[-1]
-    scores = trainer.final["val_scores"]
+    last = trainer.state.history[-1]
+    scores = trainer.state.final["val_scores"]
     assert scores.keys() == {"teacher1", "teacher2", "average"}
     assert "val/average/pu_risk" not in last  # metrics.csv keeps its columns under this rule
     assert {n: scores[n] for n in ("teacher1", "teacher2")} == {
         n: last[f"val/{n}/pu_risk"] for n in ("teacher1", "teacher2")}
     average = selection.finalist_models(trainer.run)["average"]
-    assert scores["average"] == pytest.approx(trainer.val_scores(
+    assert scores["average"] == pytest.approx(trainer.run.val_scores(
         trainer.predict_logits(average, tiny_pu.val))["pu_risk"], rel=1e-5)
-    assert trainer.final["choice"] == min(scores, key=lambda n: (scores[n], n))
+    assert trainer.state.final["choice"] == min(scores, key=lambda n: (scores[n], n))
     # the best-epoch rule is unchanged: the best validation score over epochs and teachers
-    rows = [(r[f"val/{r['selected/candidate']}/pu_risk"], r["epoch"]) for r in trainer.history]
-    assert trainer.best["epoch"] == min(rows)[1]
+    rows = [(r[f"val/{r['selected/candidate']}/pu_risk"], r["epoch"]) for r in trainer.state.history]
+    assert trainer.state.best["epoch"] == min(rows)[1]
 
 
 EVERY_FIX = {"rest_risk": "band", "band_prior": "validation", "reweight": True,
@@ -155,8 +155,8 @@ def test_no_decision_reads_the_test_split(tiny_pu, selection, fixes):
     for b, fb in others:
         assert (fb.best_epoch, fb.best_candidate, fb.best_score) == (
             fa.best_epoch, fa.best_candidate, fa.best_score)
-        assert_same_state(b.best["state"], a.best["state"])
-        assert b.final == a.final
+        assert_same_state(b.state.best["state"], a.state.best["state"])
+        assert b.state.final == a.state.final
         for ra, rb in zip(fa.history, fb.history):
             val = {k: v for k, v in ra.items() if k.startswith(("val/", "selected/"))}
             assert val == {k: rb[k] for k in val}
@@ -179,14 +179,14 @@ def test_trainer_recomputes_teacher_batchnorm_on_the_training_entries(tiny_pu):
     sp = {"teacher_average": "uniform", "teacher_bn": "recompute"}
     trainer = Trainer(selfpu(eval_batch_size=4096, selfpu=sp), tiny_pu)
     trainer.fit()
-    x = tiny_pu.train.x[torch.from_numpy(trainer.entries.base)]
-    for st in trainer.students:
+    x = tiny_pu.train.x[torch.from_numpy(trainer.run.entries.base)]
+    for st in trainer.state.students:
         hidden = _first_batchnorm_input(st.teacher.model, x)
         bn = next(m for m in st.teacher.model.modules() if isinstance(m, _BatchNorm))
         torch.testing.assert_close(bn.running_mean, hidden.mean(0))
         torch.testing.assert_close(bn.running_var, hidden.var(0))
         # the uniform average starts with phase 3 and takes every optimiser step
-        steps = trainer.students[0].optimizer.state_dict()["state"][0]["step"]
+        steps = trainer.state.students[0].optimizer.state_dict()["state"][0]["step"]
         phase3 = trainer.cfg.epochs - SCHEDULE["self_paced_end"]
         assert st.teacher.steps == int(steps) * phase3 // trainer.cfg.epochs
 
@@ -197,7 +197,7 @@ def test_recompute_changes_the_teachers_against_averaged_statistics(tiny_pu):
     recomputed = Trainer(selfpu(selfpu={"teacher_average": "uniform",
                                         "teacher_bn": "recompute"}), tiny_pu)
     recomputed.fit()
-    bn_a, bn_r = (next(m for m in t.students[0].teacher.model.modules()
+    bn_a, bn_r = (next(m for m in t.state.students[0].teacher.model.modules()
                        if isinstance(m, _BatchNorm)) for t in (averaged, recomputed))
     assert not torch.allclose(bn_a.running_var, bn_r.running_var)
 
@@ -215,17 +215,17 @@ def test_final_rule_and_recompute_resume_exactly(tiny_pu, tmp_path):
         interrupted.fit()
     resumed = Trainer(cfg, tiny_pu, tmp_path / "resumed")
     resumed.fit()
-    assert resumed.start_epoch == 4
-    for s1, s2 in zip(straight.students, resumed.students):
+    assert resumed.state.start_epoch == 4
+    for s1, s2 in zip(straight.state.students, resumed.state.students):
         assert_same_state(s1.teacher.model.state_dict(), s2.teacher.model.state_dict())
-    assert (straight.best["epoch"], straight.best["candidate"]) == (
-        resumed.best["epoch"], resumed.best["candidate"])
-    assert_same_state(straight.best["state"], resumed.best["state"])
-    assert straight.final == resumed.final
+    assert (straight.state.best["epoch"], straight.state.best["candidate"]) == (
+        resumed.state.best["epoch"], resumed.state.best["candidate"])
+    assert_same_state(straight.state.best["state"], resumed.state.best["state"])
+    assert straight.state.final == resumed.state.final
     # a run stopped after its last epoch but before the end of the fit selects the same
     again = Trainer(cfg, tiny_pu, tmp_path / "resumed")
     again.fit()
-    assert again.best["candidate"] == straight.best["candidate"]
+    assert again.state.best["candidate"] == straight.state.best["candidate"]
 
 
 def test_selfpu_swa_preset():

@@ -12,6 +12,8 @@ import torch
 from conftest import tiny_config
 
 from adni_pu.errors import ConfigError, ResumeError
+from adni_pu.pu import objective
+from adni_pu.pu.candidates import load_selected
 from adni_pu.pu.trainer import Trainer
 
 
@@ -77,18 +79,18 @@ def test_resume_after_interrupt_equals_uninterrupted(tiny_pu, tmp_path, method):
         interrupted.fit()
     resumed = Trainer(cfg, tiny_pu, tmp_path / "resumed")
     resumed.fit()
-    assert resumed.start_epoch == (3 if method == "selfpu" else 2)
-    for s1, s2 in zip(straight.students, resumed.students):
+    assert resumed.state.start_epoch == (3 if method == "selfpu" else 2)
+    for s1, s2 in zip(straight.state.students, resumed.state.students):
         for (k, v1), v2 in zip(s1.model.state_dict().items(), s2.model.state_dict().values()):
             torch.testing.assert_close(v1, v2, msg=k)
-    assert straight.best["epoch"] == resumed.best["epoch"]
-    assert straight.best["score"] == pytest.approx(resumed.best["score"])
+    assert straight.state.best["epoch"] == resumed.state.best["epoch"]
+    assert straight.state.best["score"] == pytest.approx(resumed.state.best["score"])
 
 
 def test_a_training_prior_other_than_the_datas_is_refused(tiny_pu):
     from adni_pu.config import ConfigError
 
-    assert Trainer(tiny_config(method="nnpu", prior=0.4), tiny_pu).prior == 0.4  # the same
+    assert Trainer(tiny_config(method="nnpu", prior=0.4), tiny_pu).run.prior == 0.4  # the same
     with pytest.raises(ConfigError, match="differs from the class prior 0.4"):
         Trainer(tiny_config(method="nnpu", prior=0.3), tiny_pu)
 
@@ -128,25 +130,37 @@ def test_teacher_average_final_model(tiny_pu):
     trainer = Trainer(tiny_config(method="selfpu", epochs=4, selfpu=sp), tiny_pu)
     fit = trainer.fit()
     assert fit.history[-1]["selected/candidate"] == "average"
-    metrics, _ = trainer.evaluate_split(tiny_pu.test)
+    metrics, logits = trainer.evaluate_split(tiny_pu.test)
     assert np.isfinite(metrics["accuracy"])
+    # the selected model averages both teachers' probabilities, not either one's
+    saved = trainer.state.best["state"]["average"]
+    assert len(saved) == 2
+    probs = [1 / (1 + np.exp(-trainer.run.predict_logits(
+        load_selected({"single": sd}, trainer.run.model_factory, trainer.device), tiny_pu.test)))
+        for sd in saved]
+    assert np.abs(probs[0] - probs[1]).max() > 1e-3  # the members differ
+    np.testing.assert_allclose(1 / (1 + np.exp(-logits)), (probs[0] + probs[1]) / 2, atol=1e-5)
 
 
 def test_meta_objective_is_the_pu_risk_of_the_validation_batch(tiny_pu):
     from adni_pu.pu import calibration, losses
 
     trainer = Trainer(tiny_config(method="selfpu"), tiny_pu)
-    model = trainer.students[0].model
+    model = trainer.state.students[0].model
     rng = np.random.default_rng(0)
     (x_val, s_val, truth, n_pos), = trainer.strategy.validation_batches(rng, 2, 1)
     # half labelled positives (all true positives), half drawn from the validation U set
     assert 0 < int(s_val.sum()) < len(s_val)
     assert (truth[s_val == 1] == 1).all()
     params = dict(model.named_parameters())
-    value = trainer.strategy.meta_objective(model, x_val, s_val, truth)(params)
-    assert trainer.strategy.meta_objective(model, x_val, s_val, truth, n_pos)(params) == value
+    sp, prior = trainer.cfg.selfpu, trainer.run.prior
+    value = objective.ValidationBatch.of(x_val, s_val, truth).objective(model, prior, sp)(params)
+    # the population's form: the labelled positives are the first n_pos rows
+    pos = (torch.arange(len(s_val)) < n_pos).float()
+    as_rows = objective.ValidationBatch(x_val, truth, pos, 1.0 - pos)
+    assert as_rows.objective(model, prior, sp)(params) == value
     logits = calibration.functional_forward(model, params, x_val)
-    expected = losses.pu_risk(logits[s_val == 1], logits[s_val == 0], trainer.prior).unbiased
+    expected = losses.pu_risk(logits[s_val == 1], logits[s_val == 0], trainer.run.prior).unbiased
     assert value.item() == pytest.approx(expected.item())
 
 
@@ -195,12 +209,12 @@ def test_checkpoint_every_n_epochs_resumes_exactly(tiny_pu, tmp_path):
     assert saved["epoch"] == 2 and len(saved["history"]) == 3
     resumed = Trainer(cfg, tiny_pu, tmp_path / "resumed", log=lambda _: None)
     resumed.fit()
-    assert resumed.start_epoch == 3
-    for s1, s2 in zip(straight.students, resumed.students):
+    assert resumed.state.start_epoch == 3
+    for s1, s2 in zip(straight.state.students, resumed.state.students):
         for v1, v2 in zip(s1.model.state_dict().values(), s2.model.state_dict().values()):
             assert torch.equal(v1, v2)
-    assert [r["selected/score"] for r in resumed.history] == \
-        [r["selected/score"] for r in straight.history]
+    assert [r["selected/score"] for r in resumed.state.history] == \
+        [r["selected/score"] for r in straight.state.history]
     last = torch.load(tmp_path / "straight" / checkpoint.LAST, weights_only=False)
     assert last["epoch"] == 5  # the last epoch is always saved
 
@@ -217,4 +231,4 @@ def test_a_pause_at_the_time_limit_saves_the_last_finished_epoch(tiny_pu, tmp_pa
     saved = torch.load(tmp_path / "run" / checkpoint.LAST, weights_only=False)
     assert saved["epoch"] == 1  # epochs 0-1 done; without the pause nothing was saved yet
     again = Trainer(cfg, tiny_pu, tmp_path / "run", log=lambda _: None)
-    assert again.fit().complete and again.start_epoch == 2
+    assert again.fit().complete and again.state.start_epoch == 2

@@ -118,7 +118,7 @@ def _cnn(**kw):
 
 
 def _weights(trainer):
-    return [v.clone() for st in trainer.students for v in st.model.state_dict().values()]
+    return [v.clone() for st in trainer.state.students for v in st.model.state_dict().values()]
 
 
 def test_crop_flip_training_is_reproducible(tiny_images):
@@ -136,12 +136,12 @@ def test_channels_last_matches_the_default_layout(tiny_images):
             for cl in (False, True)]
     for t in runs:
         t.fit()
-    assert runs[1].students[0].model.features[0].weight.is_contiguous(
+    assert runs[1].state.students[0].model.features[0].weight.is_contiguous(
         memory_format=torch.channels_last)
     # the same computation in another memory order: losses equal up to rounding (which
     # Adam's normalised steps amplify a little over three epochs; counts of signs of
     # near-zero hypergradients, e.g. raw_positive_fraction, move more)
-    for epoch, (a, b) in enumerate(zip(runs[0].history, runs[1].history)):
+    for epoch, (a, b) in enumerate(zip(runs[0].state.history, runs[1].state.history)):
         for key, value in a.items():
             if key.endswith(("/loss", "/nnpu", "/trusted_ce", "/pu_risk")):
                 rel = 1e-4 if epoch == 0 else 1e-2
@@ -169,7 +169,7 @@ def test_bf16_autocast_runs_selfpu_on_a_cnn(tiny_images):
     assert [r["phase"] for r in fit.history] == [1, 2, 3]
     assert all(math.isfinite(v) for r in fit.history for k, v in r.items()
                if k.startswith("train/"))
-    assert t.predict_logits(t.students[0].model, tiny_images.test).dtype == np.float32
+    assert t.predict_logits(t.state.students[0].model, tiny_images.test).dtype == np.float32
 
 
 def _fit_in_pieces(cfg, data, run, abort_mid_epoch: bool, monkeypatch) -> int:
@@ -198,7 +198,7 @@ def test_run_cut_into_pieces_equals_uninterrupted(tiny_pu, tmp_path, monkeypatch
     for a, b in zip(_weights(straight), _weights(resumed)):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
     strip = [{k: v for k, v in r.items() if not k.startswith("time/")} for r in
-             (straight.history, resumed.history) for r in r]
+             (straight.state.history, resumed.state.history) for r in r]
     assert json.dumps(strip[:4]) == json.dumps(strip[4:])  # NaN columns compare equal
     for name in ("metrics.csv", "best_model.pt", "selection.json"):
         assert (tmp_path / "pieces" / name).is_file()
@@ -222,9 +222,9 @@ def test_bf16_checkpoint_is_half_size_and_resumes(tiny_images, tmp_path):
         pass
     resumed = Trainer(half, tiny_images, run)
     checkpoint.resume(resumed.run, resumed.strategy.make_teachers)
-    assert [p.dtype for p in resumed.students[0].model.parameters()][0] == torch.float32
+    assert [p.dtype for p in resumed.state.students[0].model.parameters()][0] == torch.float32
     # each resume continues from rounded values: the losses follow the straight run closely
-    for a, b in zip(straight.history, resumed.history):
+    for a, b in zip(straight.state.history, resumed.state.history):
         for key, value in a.items():
             if key.endswith(("/loss", "/pu_risk")):
                 assert b[key] == pytest.approx(value, rel=0.05), key
@@ -237,7 +237,7 @@ def test_compiled_training_forward_matches_eager(tiny_pu):
             for c in (False, True)]
     for t in runs:
         t.fit()
-    for a, b in zip(runs[0].history, runs[1].history):
+    for a, b in zip(runs[0].state.history, runs[1].state.history):
         assert b["train/model/loss"] == pytest.approx(a["train/model/loss"], rel=1e-4)
 
 
@@ -270,10 +270,10 @@ def test_3d_cnn_trains_with_bf16_and_channels_last_3d():
             for fast in (False, True)]
     for t in runs:
         t.fit()
-    conv = next(m for m in runs[1].students[0].model.modules()
+    conv = next(m for m in runs[1].state.students[0].model.modules()
                 if isinstance(m, torch.nn.Conv3d))
     assert conv.weight.is_contiguous(memory_format=torch.channels_last_3d)
-    for a, b in zip(runs[0].history, runs[1].history):
+    for a, b in zip(runs[0].state.history, runs[1].state.history):
         assert b["train/model/loss"] == pytest.approx(a["train/model/loss"], rel=0.05)
 
 

@@ -325,7 +325,7 @@ def test_a_resumed_volume_run_equals_the_uninterrupted_one(manifest, tmp_path):
     torch.manual_seed(99)  # a new process: other global random state
     resumed = Trainer(cfg, data, tmp_path / "resumed", log=lambda m: None)
     resumed.fit()
-    assert resumed.start_epoch == 1
-    for (k, v1), v2 in zip(straight.students[0].model.state_dict().items(),
-                           resumed.students[0].model.state_dict().values()):
+    assert resumed.state.start_epoch == 1
+    for (k, v1), v2 in zip(straight.state.students[0].model.state_dict().items(),
+                           resumed.state.students[0].model.state_dict().values()):
         torch.testing.assert_close(v1, v2, msg=k)

@@ -42,9 +42,9 @@ def test_the_loss_is_the_papers_formula_on_hand_made_numbers():
             "unl": torch.tensor(marginal, dtype=torch.float32),
             "marginal": torch.tensor(marginal, dtype=torch.float32)}
     t = torch.tensor(z, dtype=torch.float32)
-    loss, stats = objective.step_loss(cfg, 1, t, rows["pos"], rows, prior=0.4, prior_u=0.4,
-                                      prior_rest=0.4, mixed=torch.tensor(z_mix).float(),
-                                      lam=lam)
+    inputs = objective.LossInputs(t, rows["pos"], rows, prior=0.4, prior_u=0.4,
+                                  prior_rest=0.4, mixed=torch.tensor(z_mix).float(), lam=lam)
+    loss, stats = objective.step_loss(inputs, cfg, 1)
     assert float(stats["variational"]) == pytest.approx(var, rel=1e-6)
     assert float(stats["mixup"]) == pytest.approx(reg, rel=1e-5)
     assert float(loss) == pytest.approx(var + 0.03 * reg, rel=1e-6)
@@ -102,7 +102,7 @@ def test_mixup_partners_are_labelled_positives_of_the_same_batch():
     strategy.training_start(3, 1)
     plan = EpochPlan.of(trainer.epoch_batches(np.random.default_rng(0)))
     mix = strategy.mixup(plan)
-    s = trainer.entries.s[plan.order]
+    s = trainer.run.entries.s[plan.order]
     for b in range(len(plan.sizes)):
         lam, partner = mix.batch(plan, b)
         batch_s = s[plan.starts[b]:plan.starts[b] + plan.sizes[b]]
@@ -114,7 +114,7 @@ def test_mixup_partners_are_labelled_positives_of_the_same_batch():
     strategy.training_start(4, 1)
     assert not np.array_equal(strategy.mixup(plan).lam, mix.lam)
     # a batch without a labelled positive is not mixed
-    lone = EpochPlan.of([np.array([trainer.entries.n_p, trainer.entries.n_p + 1])])
+    lone = EpochPlan.of([np.array([trainer.run.entries.n_p, trainer.run.entries.n_p + 1])])
     lam, partner = strategy.mixup(lone).batch(lone, 0)
     assert lam == 1.0 and partner.tolist() == [0, 1]
 
@@ -143,10 +143,10 @@ def test_a_vpu_run_selects_by_the_variational_loss_and_folds_the_normaliser(tmp_
     cfg = tiny_config(method="vpu", val_criterion="variational", epochs=3)
     trainer = Trainer(cfg, _pu(), tmp_path / "run")
     fit = trainer.fit()
-    best = trainer.best
-    history = [row["val/model/variational"] for row in trainer.history]
+    best = trainer.state.best
+    history = [row["val/model/variational"] for row in trainer.state.history]
     assert fit.best_epoch == int(np.argmin(history))
-    assert all(f"train/model/{k}" in trainer.history[0] for k in ("variational", "mixup"))
+    assert all(f"train/model/{k}" in trainer.state.history[0] for k in ("variational", "mixup"))
     m = best["normaliser"]
     assert 0 < m <= 1
     saved = checkpoint.read_selected(tmp_path / "run" / checkpoint.SELECTED)
@@ -154,7 +154,7 @@ def test_a_vpu_run_selects_by_the_variational_loss_and_folds_the_normaliser(tmp_
     # the folded model decides phi(x) / m > 1/2 on the raw model's scores
     raw = Trainer(cfg, _pu(), tmp_path / "raw")
     raw.state.best = {**best, "state": {"single": shift_output_bias(
-        best["state"]["single"], raw.students[0].model, math.log((m / 2) / (1 - m / 2)))}}
+        best["state"]["single"], raw.state.students[0].model, math.log((m / 2) / (1 - m / 2)))}}
     z_raw = raw.predict_logits(raw.best_model(), trainer.data.test)
     z = trainer.predict_logits(trainer.best_model(), trainer.data.test)
     assert np.array_equal(z > 0, sigmoid(z_raw) / m > 0.5)
@@ -179,11 +179,11 @@ def test_a_vpu_population_equals_separate_runs(scheme):
     together = [Trainer(c, d) for c, d in zip(cfgs, data)]
     assert all(r.complete for r in fit_population(together))
     for a, b in zip(alone, together):
-        for row_a, row_b in zip(a.history, b.history):
+        for row_a, row_b in zip(a.state.history, b.state.history):
             for key in ("train/model/variational", "train/model/mixup",
                         "val/model/variational"):
                 assert row_b[key] == pytest.approx(row_a[key], rel=1e-5, abs=1e-6), key
-        assert a.best["normaliser"] == pytest.approx(b.best["normaliser"], rel=1e-5)
+        assert a.state.best["normaliser"] == pytest.approx(b.state.best["normaliser"], rel=1e-5)
 
 
 def test_vpu_is_refused_under_torchrun():
@@ -286,9 +286,9 @@ def test_the_papers_optimiser_preset_halves_the_rate_every_n_epochs():
               "epochs": 5, "lr_step_epochs": 2}
     trainer = Trainer(cfgmod.from_dict(TrainConfig, values), _pu())
     trainer.fit()
-    opt = trainer.students[0].optimizer
+    opt = trainer.state.students[0].optimizer
     assert opt.param_groups[0]["betas"] == (0.5, 0.99)
-    assert [row["lr"] for row in trainer.history] == pytest.approx(
+    assert [row["lr"] for row in trainer.state.history] == pytest.approx(
         [3e-5, 3e-5, 1.5e-5, 1.5e-5, 7.5e-6])
 
 
@@ -315,6 +315,7 @@ def test_vpu_on_augmented_images_in_both_engines():
     fit_population(together)
     for a, b in zip(alone, together):
         for key in ("train/model/variational", "train/model/mixup", "val/model/variational"):
-            assert all(math.isfinite(row[key]) for row in a.history + b.history), key
-            assert b.history[0][key] == pytest.approx(a.history[0][key], rel=1e-2, abs=1e-3), key
-        assert 0 < b.best["normaliser"] <= 1
+            assert all(math.isfinite(row[key]) for row in a.state.history + b.state.history), key
+            assert b.state.history[0][key] == pytest.approx(a.state.history[0][key], rel=1e-2,
+                                                            abs=1e-3), key
+        assert 0 < b.state.best["normaliser"] <= 1

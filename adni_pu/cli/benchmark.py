@@ -5,12 +5,15 @@ presets``: the training presets and the benchmark protocol's."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
 from adni_pu.cli.common import Device, sets_option
 from adni_pu.workflows.prior import PRIOR_EPOCHS  # light: no torch at import
+
+if TYPE_CHECKING:
+    from adni_pu.workflows.benchmark import BenchmarkSpec
 
 bench_app = typer.Typer(help="Reproduce the paper's MNIST / CIFAR-10 PU benchmarks.",
                         no_args_is_help=True)
@@ -27,16 +30,10 @@ Preset = Annotated[Optional[str], typer.Option(  # noqa: UP045 - typer needs Opt
     help="a named configuration (ablation row), e.g. sps-reweight; see `adni-pu presets`")]
 
 
-def _run(dataset: str, method: str, preset: str | None, seeds: int, seed_offset: int,
-         epochs: int | None, data_dir: Path, out: Path, config: Path | None, sets: list[str],
-         n_labelled: int, prior: float | str | None, scheme: str, val_fraction: float,
-         results_json: Path | None, threads: int, device: str,
-         train_limit: int | None = None, test_limit: int | None = None,
-         time_limit: float | None = None, population: int | None = None,
-         prior_epochs: int | None = None) -> None:
-    from adni_pu.workflows.benchmark import BenchmarkSpec, run_benchmark
-    from adni_pu.workflows.results_format import markdown_table
-
+def _method_settings(method: str, preset: str | None, epochs: int | None, threads: int,
+                     device: str) -> tuple[str | None, dict[str, Any]]:
+    """The preset a run trains with (VPU: its own, with a prior-free selection) and the
+    settings the command line sets under it."""
     if method not in ("naive", "upu", "nnpu", "selfpu", "vpu"):
         raise typer.BadParameter(f"{method!r}: expected naive, upu, nnpu, selfpu or vpu",
                                  param_hint="--method")
@@ -47,14 +44,15 @@ def _run(dataset: str, method: str, preset: str | None, seeds: int, seed_offset:
         settings["method"] = method
     if epochs is not None:
         settings["epochs"] = epochs
-    spec = BenchmarkSpec(
-        dataset=dataset, method=method, preset=preset,
-        seeds=list(range(seed_offset, seed_offset + seeds)), data_dir=data_dir, out=out,
-        n_labelled=n_labelled, prior=prior, prior_epochs=prior_epochs, scheme=scheme,
-        val_fraction=val_fraction, config_file=config, settings=settings,
-        overrides=list(sets), train_limit=train_limit, test_limit=test_limit,
-        time_limit=time_limit, population=population,
-    )
+    return preset, settings
+
+
+def _run(spec: BenchmarkSpec, results_json: Path | None) -> None:
+    """Run the benchmark ``spec`` and report its table, or where it stopped."""
+    from adni_pu.workflows.benchmark import run_benchmark
+    from adni_pu.workflows.results_format import markdown_table
+
+    out = spec.out
     summary = run_benchmark(spec, results_json)
     if summary.get("status") == "incomplete":
         estimate = summary.get("prior_estimate") or {"done": True}
@@ -126,9 +124,16 @@ def _command(dataset: str):  # noqa: ANN202 - typer reads the signature
                  "one by one up to rounding; a GPU's launches are shared); 1 stacks one "
                  "seed's students")] = None,
     ) -> None:
-        _run(dataset, method, preset, seeds, seed_offset, epochs, data_dir, out, config,
-             set_ or [], n_labelled, _prior(prior), scheme, val_fraction, results_json,
-             threads, device, train_limit, test_limit, time_limit, population, prior_epochs)
+        chosen, settings = _method_settings(method, preset, epochs, threads, device)
+        from adni_pu.workflows.benchmark import BenchmarkSpec
+
+        _run(BenchmarkSpec(
+            dataset=dataset, method=method, preset=chosen,
+            seeds=list(range(seed_offset, seed_offset + seeds)), data_dir=data_dir, out=out,
+            n_labelled=n_labelled, prior=_prior(prior), prior_epochs=prior_epochs,
+            scheme=scheme, val_fraction=val_fraction, config_file=config, settings=settings,
+            overrides=list(set_ or []), train_limit=train_limit, test_limit=test_limit,
+            time_limit=time_limit, population=population), results_json)
 
     command.__doc__ = f"Train on {dataset} PU splits over several seeds; write results JSON."
     return command

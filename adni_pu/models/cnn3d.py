@@ -17,6 +17,7 @@ mean of the brain branch's feature maps inside the box around the lateral ventri
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import torch
@@ -71,21 +72,36 @@ class Branch3D(nn.Module):
         return self.blocks(x).flatten(1)
 
 
+@dataclass(frozen=True)
+class BranchGeometry:
+    """The conv/pool geometry of every branch's blocks: Conv3d(``kernel_size``, zero
+    ``padding``), then MaxPool3d(``pool_size``, stride ``pool_stride``) (the paper's: 3, 0,
+    3, 2). :func:`build_cnn3d` takes these four as keyword settings too."""
+
+    kernel_size: int = 3
+    padding: int = 0
+    pool_size: int = 3
+    pool_stride: int = 2
+
+
 class ThreeBranchCNN3D(nn.Module):
     """Brain, left and right hippocampus branches with separate weights; one logit out.
 
     ``forward(x)`` takes a dict with keys ``brain`` (B x 1 x 50^3 by default), ``hipp_l``
     and ``hipp_r`` (B x 1 x 30^3), or a (brain, hipp_l, hipp_r) tuple, and returns the
-    logits (shape B).
+    logits (shape B). ``geometry``: the branches' conv/pool sizes (:class:`BranchGeometry`;
+    None: the paper's).
     """
 
     def __init__(self, channels: Sequence[int] = (16, 32), hidden: int = 256,
                  brain_size: int | Sequence[int] = 50, hipp_size: int | Sequence[int] = 30,
-                 in_channels: int = 1, kernel_size: int = 3, padding: int = 0,
-                 pool_size: int = 3, pool_stride: int = 2, dropout: float = 0.0,
-                 global_pool: bool = False, roi_pool: bool = False,
+                 in_channels: int = 1, geometry: BranchGeometry | None = None,
+                 dropout: float = 0.0, global_pool: bool = False, roi_pool: bool = False,
                  brain_roi: bool = False) -> None:
         super().__init__()
+        geometry = geometry or BranchGeometry()
+        kernel_size, padding = geometry.kernel_size, geometry.padding
+        pool_size, pool_stride = geometry.pool_size, geometry.pool_stride
         if (roi_pool or brain_roi) and not global_pool:
             raise ConfigError("roi_pool, brain_roi: need global_pool (a label channel "
                               "chooses where a branch's feature maps are averaged)")
@@ -100,8 +116,6 @@ class ThreeBranchCNN3D(nn.Module):
         self.channels = channels
         self.brain_size = _triple(brain_size, "brain_size")
         self.hipp_size = _triple(hipp_size, "hipp_size")
-        geometry = dict(kernel_size=kernel_size, padding=padding, pool_size=pool_size,
-                        pool_stride=pool_stride)
         n_features = 0
         for name, size in (("brain", self.brain_size), ("hipp_l", self.hipp_size),
                            ("hipp_r", self.hipp_size)):
@@ -114,7 +128,7 @@ class ThreeBranchCNN3D(nn.Module):
             n_features += channels[-1] * (1 if global_pool else sides[0] * sides[1] * sides[2])
         n_features += channels[-1] if brain_roi else 0  # the brain's mean inside the box
         self.branches = nn.ModuleDict(
-            {name: Branch3D(in_channels, channels, **geometry,
+            {name: Branch3D(in_channels, channels, **asdict(geometry),
                             global_pool=global_pool and not self._labelled(name))
              for name in BRANCHES})
         self.n_features = n_features
@@ -169,6 +183,10 @@ def _triple(value: int | Sequence[int], name: str) -> tuple[int, int, int]:
 
 
 def build_cnn3d(preset: str = "paper", **overrides: Any) -> nn.Module:
-    """The 3-branch 3D CNN from a preset (``paper``, ``wide``, ``deep``) plus overrides."""
+    """The 3-branch 3D CNN from a preset (``paper``, ``wide``, ``deep``) plus overrides
+    (:class:`ThreeBranchCNN3D`'s settings, with :class:`BranchGeometry`'s given by name)."""
     kwargs = {**preset_table(CNN3D_PRESETS, preset), **overrides}
+    sizes = {f.name: kwargs.pop(f.name) for f in fields(BranchGeometry) if f.name in kwargs}
+    if sizes:
+        kwargs["geometry"] = BranchGeometry(**sizes)
     return ThreeBranchCNN3D(**kwargs)

@@ -215,30 +215,42 @@ def normalise_weights(raw: torch.Tensor, batch_size: int | torch.Tensor, cap: fl
     return CalibrationWeights(ce, pu, raw, capped.sum(-1))
 
 
+@dataclass(frozen=True)
+class MetaStep:
+    """The settings of the self-calibration step (``SelfPUConfig``'s ``meta_step_size``,
+    ``meta_ce_cap``, ``meta_sign_flip`` and ``reweight_risk``): the virtual step's size,
+    the cap on the batch's entropy weight, the hypergradient's sign convention and the
+    weights' normalisation (:func:`normalise_weights`)."""
+
+    step_size: float
+    cap: float
+    sign_flip: bool = False
+    mode: WeightMode = "shrink"
+
+
 def calibration_weights(
     model: nn.Module,
     entropy_terms: torch.Tensor,
     pu_terms: torch.Tensor,
     objective: ValidationObjective,
-    step_size: float,
+    settings: MetaStep,
     batch_size: int | torch.Tensor,
-    cap: float,
-    sign_flip: bool = False,
-    mode: WeightMode = "shrink",
     terms_at: TermsAt | None = None,
     rows: torch.Tensor | None = None,
 ) -> CalibrationWeights:
-    """The whole self-calibration step for one mini-batch; with ``terms_at`` (the terms as
-    a function of the parameters) the hypergradient comes from :func:`hypergradient_jvp`.
+    """The whole self-calibration step for one mini-batch (``settings``: :class:`MetaStep`);
+    with ``terms_at`` (the terms as a function of the parameters) the hypergradient comes
+    from :func:`hypergradient_jvp`.
 
     ``rows`` (0/1, the terms' shape: B, or M x B for a :class:`Stack`): the reweighted rows
     among the terms' (the virtual loss averages over them; the others get ce = 0, pu = 1);
     None: every term's row. ``batch_size``: the rows of the batch (per network, M x 1, for
     a stack), which the cap on the entropy weight scales with."""
     counts = None if rows is None else rows.sum(-1, keepdim=True)
+    step_size, sign_flip = settings.step_size, settings.sign_flip
     if terms_at is not None:
         raw = hypergradient_jvp(model, terms_at, objective, step_size, sign_flip, counts)
     else:
         raw = hypergradient(model, entropy_terms, pu_terms, objective, step_size, sign_flip,
                             counts)
-    return normalise_weights(raw, batch_size, cap, mode, rows)
+    return normalise_weights(raw, batch_size, settings.cap, settings.mode, rows)

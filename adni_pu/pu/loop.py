@@ -34,15 +34,22 @@ class OutOfTime(Exception):
     """Raised inside an epoch that passes the deadline (its work is dropped)."""
 
 
+class Resumed(Protocol):
+    """Where a run's state stands (:class:`adni_pu.pu.run.RunState` is one)."""
+
+    @property
+    def start_epoch(self) -> int: ...
+
+
 class EpochRun(Protocol):
     """What the loop needs of one run (:class:`adni_pu.pu.trainer.Trainer` is one): its
-    settings, the epoch it resumes from, and its hooks around each epoch."""
+    settings, its state (the epoch it resumes from), and its hooks around each epoch."""
 
     @property
     def cfg(self) -> Any: ...
 
     @property
-    def start_epoch(self) -> int: ...
+    def state(self) -> Resumed: ...
 
     def fit_start(self) -> None: ...
 
@@ -67,7 +74,7 @@ def run_epochs(trainers: list[EpochRun], train: EpochTrainer, deadline: float | 
     ``train`` trains every run, and each run is evaluated and recorded."""
     for t in trainers:
         t.fit_start()
-    starts = sorted({t.start_epoch for t in trainers})
+    starts = sorted({t.state.start_epoch for t in trainers})
     if len(starts) > 1:
         raise ConfigError(f"population runs resume from different epochs {starts}: expected "
                           "all at the same epoch (train the late ones alone first)")

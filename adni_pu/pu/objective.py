@@ -10,6 +10,9 @@ that a setting fixes. Nothing here reads a trainer: an engine supplies the masks
 priors (numbers, or one per network), the trusted targets, the other student's and the
 mean teacher's logits and the self-calibration step (:func:`calibrator`).
 
+- :class:`LossInputs`: what the loss reads (built by :meth:`NetworkInputs.at` from a
+  method's :class:`NetworkInputs`, stacked for a population, and the step's
+  :class:`StepBatch`);
 - :func:`step_loss`: which terms apply in which phase (the one dispatch);
 - :func:`baseline_loss`: naive PN, uPU or nnPU (the baselines, and Self-PU's warm-up);
 - :func:`vpu_loss`: VPU's variational loss and MixUp regulariser (no class prior); the
@@ -28,7 +31,8 @@ weights' normalisation :mod:`adni_pu.pu.calibration`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -36,7 +40,7 @@ from torch import nn
 
 from adni_pu.pu import calibration, losses
 from adni_pu.pu.config import SelfPUConfig, TrainConfig
-from adni_pu.pu.teacher import sigmoid_rampup
+from adni_pu.pu.teacher import sigmoid_rampup, teacher_logits
 
 Stats = dict[str, Any]
 Rows = dict[str, torch.Tensor]
@@ -53,35 +57,144 @@ Calibrate = Callable[[torch.Tensor, torch.Tensor], calibration.CalibrationWeight
 """(entropy, sigmoid loss as a negative) of every row -> the self-calibration weights."""
 
 
-def step_loss(cfg: TrainConfig, phase: int, logits: torch.Tensor, s: torch.Tensor,
-              rows: Rows, *, prior: Scalar, prior_u: Scalar, prior_rest: Scalar,
-              band_fraction: Scalar | None = None, targets: torch.Tensor | None = None,
-              calibrate: Calibrate | None = None, other: torch.Tensor | None = None,
-              teacher: torch.Tensor | None = None, epoch: Scalar = 0.0,
-              mixed: torch.Tensor | None = None, lam: Scalar = 1.0
+@dataclass(frozen=True)
+class ValidationBatch:
+    """A validation batch of the self-calibration (meta) step: inputs, true labels, and its
+    labelled-positive ("pos") and unlabelled ("unl") rows as 0/1 masks (Bv, or M x Bv for a
+    stack, padding rows in neither)."""
+
+    x: Any
+    truth: torch.Tensor
+    pos: torch.Tensor
+    unl: torch.Tensor
+
+    @classmethod
+    def of(cls, x: Any, s: torch.Tensor, truth: torch.Tensor) -> ValidationBatch:
+        """One network's batch whose labelled positives are the rows where ``s`` is 1."""
+        pos = s.float()
+        return cls(x, truth, pos, 1.0 - pos)
+
+    def objective(self, model: nn.Module, prior: Scalar, sp: SelfPUConfig
+                  ) -> calibration.ValidationObjective:
+        """The meta step's validation objective of ``model`` on this batch
+        (:func:`validation_objective`)."""
+        return validation_objective(model, self.x, self.truth, self.pos, self.unl, prior, sp)
+
+
+@dataclass(frozen=True)
+class StepBatch:
+    """One optimiser step's batch, shared by every network of it: inputs, PU labels,
+    training-split indices (B, or M x B for a stack), the epoch plus the fraction of it done
+    (a number, or a device tensor in a step replayed as a graph), the meta step's validation
+    batch (None: no meta step in this step) and VPU's MixUp weight (a number, or M)."""
+
+    x: Any
+    s: torch.Tensor
+    idx: torch.Tensor
+    epoch: Scalar = 0.0
+    validation: ValidationBatch | None = None
+    lam: Scalar = 1.0
+
+
+@dataclass(frozen=True)
+class LossInputs:
+    """Everything :func:`step_loss` reads besides the settings: one network's logits (B)
+    with its batch, or M networks' (M x B) stacked along a leading axis.
+
+    ``s``: the PU labels; ``rows``: the row sets (:data:`Rows`); ``prior`` and ``prior_u``:
+    the data priors; ``prior_rest``: the nnPU prior on U'; ``band_fraction``: with
+    ``rest_risk = "band"``, the fraction of labelled positives inside the band
+    (:func:`student_loss`); ``targets``: the soft label of every row (zero outside the
+    trusted set; None with ``labels = "entropy"``); ``epoch``: the epoch plus the fraction
+    of it done; ``calibrate``: the meta step (None: no reweighting in this batch);
+    ``other``: the other student's logits (None: no partner); ``teacher``: the mean
+    teacher's logits (None: no teacher yet); ``mixed`` and ``lam``: VPU's mixed rows'
+    logits and the batch's mixing weight (None: no MixUp)."""
+
+    logits: torch.Tensor
+    s: torch.Tensor
+    rows: Rows
+    prior: Scalar
+    prior_u: Scalar
+    prior_rest: Scalar
+    band_fraction: Scalar | None = None
+    targets: torch.Tensor | None = None
+    epoch: Scalar = 0.0
+    calibrate: Calibrate | None = None
+    other: torch.Tensor | None = None
+    teacher: torch.Tensor | None = None
+    mixed: torch.Tensor | None = None
+    lam: Scalar = 1.0
+
+
+@dataclass(frozen=True)
+class NetworkInputs:
+    """What a method knows of one network for an epoch (its strategy's
+    :meth:`~adni_pu.pu.strategies.Baseline.network_inputs`), or of M networks stacked
+    (:meth:`stack`): the data priors, the nnPU prior on U', the band's share of the
+    labelled positives (``rest_risk = "band"``) and the soft label of every training
+    example (N, or M x N; None where the loss reads none). :meth:`at` turns it into a
+    step's :class:`LossInputs`; neither side knows the method's class."""
+
+    prior: Scalar
+    prior_u: Scalar
+    prior_rest: Scalar
+    band_fraction: Scalar | None = None
+    targets: torch.Tensor | None = None
+
+    @classmethod
+    def stack(cls, parts: Sequence[NetworkInputs], device: torch.device) -> NetworkInputs:
+        """M networks' inputs along a leading axis: numbers as float32 M-vectors on
+        ``device``, the targets as M x N (all or none of the parts have each)."""
+        def numbers(values: list[Any]) -> torch.Tensor:
+            return torch.tensor(values, dtype=torch.float32, device=device)
+
+        first = parts[0]
+        return cls(numbers([p.prior for p in parts]), numbers([p.prior_u for p in parts]),
+                   numbers([p.prior_rest for p in parts]),
+                   None if first.band_fraction is None else
+                   numbers([p.band_fraction for p in parts]),
+                   None if first.targets is None else torch.stack([p.targets for p in parts]))
+
+    def at(self, batch: StepBatch, rows: Rows, logits: torch.Tensor, model: nn.Module,
+           sp: SelfPUConfig, *, other: torch.Tensor | None = None,
+           teacher: nn.Module | None = None, mixed: torch.Tensor | None = None) -> LossInputs:
+        """The loss inputs of ``model`` (one network, or a stack) on ``batch``: its
+        ``logits`` and row sets, the targets of the batch's rows, the meta step where the
+        batch has a validation batch (:func:`calibrator`), the other student's logits
+        (``other``), the mean ``teacher``'s logits on the batch and the mixed rows'
+        logits (``mixed``)."""
+        calibrate = None
+        if batch.validation is not None:
+            calibrate = calibrator(model, batch.x, rows,
+                                   batch.validation.objective(model, self.prior, sp), sp)
+        return LossInputs(
+            logits, batch.s, rows, self.prior, self.prior_u, self.prior_rest,
+            self.band_fraction,
+            None if self.targets is None else torch.gather(self.targets, -1, batch.idx),
+            batch.epoch, calibrate, other,
+            None if teacher is None else teacher_logits(teacher, batch.x), mixed, batch.lam)
+
+
+def step_loss(inputs: LossInputs, cfg: TrainConfig, phase: int
               ) -> tuple[torch.Tensor, Stats]:
     """Every network's loss on this batch in ``phase``, and its statistics.
 
-    A baseline, and Self-PU in phase 1: :func:`baseline_loss`; Self-PU in phase 2:
-    :func:`student_loss`; in phase 3 plus :func:`distillation`. ``s``: the PU labels;
-    ``prior_rest``: the nnPU prior on U'; ``band_fraction``: with ``rest_risk = "band"``, the
-    fraction of labelled positives inside the band (:func:`student_loss`); ``targets``: the
-    soft label of every row (zero outside the trusted set; None with ``labels =
-    "entropy"``); ``calibrate``: the meta step (None: no reweighting in this batch);
-    ``other``: the other student's logits (None: no partner); ``teacher``: the mean
-    teacher's logits (None: no teacher yet); ``epoch``: the epoch plus the fraction of it
-    done (a device tensor in a step replayed as a graph); ``mixed`` and ``lam``: VPU's
-    mixed rows' logits and the batch's mixing weight (None: no MixUp).
+    A baseline, and Self-PU in phase 1: :func:`baseline_loss`; VPU: :func:`vpu_loss`;
+    Self-PU in phase 2: :func:`student_loss`; in phase 3 plus :func:`distillation`.
     """
+    i = inputs
     if cfg.method == "vpu":
-        return vpu_loss(cfg, logits, rows, mixed, lam)
+        return vpu_loss(cfg, i.logits, i.rows, i.mixed, i.lam)
     if cfg.method != "selfpu" or phase == 1:
-        return baseline_loss(cfg.method, logits, s, rows, prior, prior_u, cfg.beta, cfg.gamma)
+        return baseline_loss(cfg.method, i.logits, i.s, i.rows, i.prior, i.prior_u, cfg.beta,
+                             cfg.gamma)
     sp = cfg.selfpu
-    loss, pu_obj, stats = student_loss(logits, rows, sp, prior_rest, cfg.beta, cfg.gamma,
-                                       targets, calibrate, band_fraction)
+    loss, pu_obj, stats = student_loss(i.logits, i.rows, sp, i.prior_rest, cfg.beta,
+                                       cfg.gamma, i.targets, i.calibrate, i.band_fraction)
     if phase == 3:
-        loss = loss + distillation(logits, s, rows, pu_obj, sp, epoch, other, teacher, stats)
+        loss = loss + distillation(i.logits, i.s, i.rows, pu_obj, sp, i.epoch, i.other,
+                                   i.teacher, stats)
     stats["loss"] = loss.detach().double()
     return loss, stats
 
@@ -255,6 +368,8 @@ def calibrator(model: nn.Module, x: Any, rows: Rows,
     (``hypergradient``), normalised and capped (:func:`adni_pu.pu.calibration.
     calibration_weights`)."""
     rest, valid = rows["rest"], rows["valid"]
+    settings = calibration.MetaStep(sp.meta_step_size, sp.meta_ce_cap, sp.meta_sign_flip,
+                                    sp.reweight_risk)
     terms_at = None
     if sp.hypergradient == "jvp":
         def terms_at(params: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -264,7 +379,6 @@ def calibrator(model: nn.Module, x: Any, rows: Rows,
 
     def calibrate(h: torch.Tensor, l_neg: torch.Tensor) -> calibration.CalibrationWeights:
         return calibration.calibration_weights(
-            model, h, l_neg, objective, sp.meta_step_size, valid.sum(-1, keepdim=True),
-            sp.meta_ce_cap, sp.meta_sign_flip, sp.reweight_risk, terms_at, rest)
+            model, h, l_neg, objective, settings, valid.sum(-1, keepdim=True), terms_at, rest)
 
     return calibrate

@@ -41,8 +41,7 @@ from adni_pu.pu.device_data import epoch_means
 from adni_pu.pu.loop import FitResult, OutOfTime, run_epochs
 from adni_pu.pu.replay import StepReplay
 from adni_pu.pu.stack import Stack
-from adni_pu.pu.strategies import SelfPU
-from adni_pu.pu.teacher import MeanTeacher, teacher_logits
+from adni_pu.pu.teacher import MeanTeacher
 from adni_pu.pu.trainer import Trainer
 
 Stats = dict[str, Any]
@@ -78,7 +77,7 @@ def check_population(trainers: Sequence[Trainer]) -> None:
         if not isinstance(t.data.train.x, torch.Tensor):
             raise ConfigError("a population over a map-style data set: expected tensor data "
                               "(MNIST, CIFAR-10)")
-        model = t.students[0].model
+        model = t.state.students[0].model
         if any(isinstance(m, nn.Dropout) and m.p > 0 for m in model.modules()):
             raise ConfigError(f"model {cfg.model!r} has dropout: a population needs a model "
                               "without dropout")
@@ -226,7 +225,7 @@ def train_epoch(trainers: Sequence[Trainer], epoch: int, deadline: float | None 
     graph (:mod:`adni_pu.pu.replay`), captured afresh each epoch."""
     lead, cfg = trainers[0], trainers[0].cfg
     phase = lead.strategy.phase(epoch)
-    n_students = len(lead.students)
+    n_students = len(lead.state.students)
     device = lead.device
     torch.manual_seed(cfg.seed * 100_003 + epoch)
     plans, metas, inputs = [], [], []
@@ -239,7 +238,7 @@ def train_epoch(trainers: Sequence[Trainer], epoch: int, deadline: float | None 
     masks = _Masks(trainers, plans, phase, device)
     width = masks.width
     mixes = _MixUp.of(trainers, plans, width, n_students, device)
-    students = [st for t in trainers for st in t.students]
+    students = [st for t in trainers for st in t.state.students]
     stack = Stack([st.model for st in students]).train()
     members = [st.optimizer for st in students]
     opt = _stacked_optimizer(stack, members, capture)
@@ -259,14 +258,16 @@ def train_epoch(trainers: Sequence[Trainer], epoch: int, deadline: float | None 
     def step(x: torch.Tensor, s: torch.Tensor, idx: torch.Tensor,
              rows: dict[str, torch.Tensor], meta: tuple[torch.Tensor, ...] | None,
              at: torch.Tensor, mix: tuple[torch.Tensor, torch.Tensor] | None) -> Stats:
-        with lead.device_data.autocast():
+        with lead.run.device_data.autocast():
             logits = stack(x, rows["valid"]).float()
             mixed = None
             if mix is not None:
                 mixed = stack(objective.mix_inputs(x, mix[1], mix[0]), rows["valid"]).float()
-            loss, stats = ctx.loss(stack, logits, x, s, idx, rows, at, meta,
-                                   None if teachers is None else teachers.model, mixed,
-                                   None if mix is None else mix[0])
+            batch = objective.StepBatch(
+                x, s, idx, at, None if meta is None else objective.ValidationBatch(*meta),
+                1.0 if mix is None else mix[0])
+            loss, stats = ctx.loss(stack, logits, batch, rows,
+                                   None if teachers is None else teachers.model, mixed)
         opt.zero_grad(set_to_none=True)
         loss.sum().backward()
         opt.step()
@@ -307,7 +308,7 @@ def _epoch_means(values: dict[str, list[Any]], trainers: Sequence[Trainer]
                  ) -> list[dict[str, float]]:
     """Each run's statistics (``student/key``) as means over the epoch's batches
     (:func:`device_data.epoch_means`, per network)."""
-    names = [(i, st.name) for i, t in enumerate(trainers) for st in t.students]
+    names = [(i, st.name) for i, t in enumerate(trainers) for st in t.state.students]
     out: list[dict[str, float]] = [{} for _ in trainers]
     for key, mean in epoch_means(values).items():
         for m, (i, name) in enumerate(names):
@@ -319,30 +320,18 @@ def _epoch_means(values: dict[str, list[Any]], trainers: Sequence[Trainer]
 
 
 class StepContext:
-    """What the objective needs besides the batch: per network (M), the data priors, the
-    rest priors, the band's shares and the trusted targets; the settings; the validation
-    batches."""
+    """What the objective needs besides the batch: every network's
+    :class:`~adni_pu.pu.objective.NetworkInputs` (its strategy's, stacked along the
+    network axis), the settings, and the validation batches."""
 
     def __init__(self, trainers: Sequence[Trainer], phase: int, n_students: int,
                  device: torch.device) -> None:
         cfg = trainers[0].cfg
         self.cfg, self.sp, self.phase = cfg, cfg.selfpu, phase
         self.n_students = n_students
-        students = [(t, st) for t in trainers for st in t.students]
-
-        def per_network(values: list[float]) -> torch.Tensor:
-            return torch.tensor(values, dtype=torch.float32, device=device)
-
-        self.prior = per_network([t.prior for t, _ in students])
-        self.prior_u = per_network([t.prior_u for t, _ in students])
-        self.prior_rest = per_network([st.prior_rest for _, st in students])
-        strategies = [t.strategy for t in trainers]
-        selfpu = isinstance(strategies[0], SelfPU)
-        self.band_fraction = (per_network([st.band_share(t.n_p) for t, st in students])
-                              if selfpu and self.sp.rest_risk == "band" else None)
-        self.reweights = selfpu and strategies[0].reweights(phase)
-        self.targets = (torch.stack([tg for s in strategies for tg in s.trusted_targets])
-                        if selfpu and phase >= 2 and self.sp.labels != "entropy" else None)
+        self.inputs = objective.NetworkInputs.stack(
+            [t.strategy.network_inputs(k, phase) for t in trainers
+             for k in range(len(t.state.students))], device)
 
     def meta_batch(self, batches: list[Any]) -> tuple[torch.Tensor, ...] | None:
         """The runs' validation batches of this step as one batch of M x Bv rows, padded to
@@ -362,29 +351,16 @@ class StepContext:
         return tuple(per_network(parts, width, self.n_students)
                      for parts in ([b[0] for b in batches], [b[2] for b in batches], pos, unl))
 
-    def loss(self, stack: Stack, logits: torch.Tensor, x: torch.Tensor, s: torch.Tensor,
-             idx: torch.Tensor, rows: dict[str, torch.Tensor], epoch: torch.Tensor,
-             meta: tuple[torch.Tensor, ...] | None, teachers: Stack | None,
-             mixed: torch.Tensor | None = None, lam: torch.Tensor | None = None
-             ) -> tuple[torch.Tensor, Stats]:
+    def loss(self, stack: Stack, logits: torch.Tensor, batch: objective.StepBatch,
+             rows: dict[str, torch.Tensor], teachers: Stack | None,
+             mixed: torch.Tensor | None = None) -> tuple[torch.Tensor, Stats]:
         """Every network's loss on this batch (M) and its statistics (M-vectors):
-        :func:`adni_pu.pu.objective.step_loss` fed with the inputs that exist: the trusted
-        targets, the meta step (with a validation batch), the other student of each run's
-        pair, the teachers' logits, VPU's mixed rows' logits and weights."""
-        inputs: dict[str, Any] = {}
-        if mixed is not None:
-            inputs.update(mixed=mixed, lam=lam)
-        if self.targets is not None:
-            inputs["targets"] = torch.gather(self.targets, 1, idx)
-        if self.reweights and meta is not None:
-            x_val, truth_val, pos_val, unl_val = meta
-            inputs["calibrate"] = objective.calibrator(
-                stack, x, rows, objective.validation_objective(
-                    stack, x_val, truth_val, pos_val, unl_val, self.prior, self.sp), self.sp)
+        :func:`adni_pu.pu.objective.step_loss` of the stacked inputs with those of this
+        step that exist: the meta step (with a validation batch), the other student of
+        each run's pair, the teachers' logits, VPU's mixed rows' logits."""
+        other = None
         if self.n_students == 2:  # a run's students sit side by side in the stack
-            inputs["other"] = logits.view(-1, 2, logits.shape[-1]).flip(1).reshape(logits.shape)
-        if teachers is not None:
-            inputs["teacher"] = teacher_logits(teachers, x)
-        return objective.step_loss(self.cfg, self.phase, logits, s, rows, prior=self.prior,
-                                   prior_u=self.prior_u, prior_rest=self.prior_rest,
-                                   band_fraction=self.band_fraction, epoch=epoch, **inputs)
+            other = logits.view(-1, 2, logits.shape[-1]).flip(1).reshape(logits.shape)
+        inputs = self.inputs.at(batch, rows, logits, stack, self.sp, other=other,
+                                teacher=teachers, mixed=mixed)
+        return objective.step_loss(inputs, self.cfg, self.phase)

@@ -101,27 +101,13 @@ class Trainer:
         self.state.students = self.strategy.make_students()
         # The training forward of each student (compiled with config.compile).
         self._train_forward: list[Callable[[Any], torch.Tensor]] = [
-            torch.compile(st.model) if config.compile else st.model for st in self.students]
+            torch.compile(st.model) if config.compile else st.model
+            for st in self.state.students]
         self.recorders = (run_folder_recorders(self.run.run_dir) if recorders is None
                           else recorders)
 
-    # The run's facts and state, read by the population engine, workflows and tests.
-    run_dir = property(lambda self: self.run.run_dir)
-    log = property(lambda self: self.run.log)
-    prior = property(lambda self: self.run.prior)
-    prior_u = property(lambda self: self.run.prior_u)
-    entries = property(lambda self: self.run.entries)
-    n_p = property(lambda self: self.run.n_p)
-    n_u = property(lambda self: self.run.n_u)
-    device_data = property(lambda self: self.run.device_data)
-    model_factory = property(lambda self: self.run.model_factory)
-    is_main = property(lambda self: self.run.is_main)
-    students = property(lambda self: self.state.students)
-    history = property(lambda self: self.state.history)
-    best = property(lambda self: self.state.best)
-    final = property(lambda self: self.state.final)
-    start_epoch = property(lambda self: self.state.start_epoch)
-    val_scores = property(lambda self: self.run.val_scores)
+    # The run's facts and settings are ``trainer.run`` (a RunView, what strategies and
+    # recorders read too), its students, history and selection ``trainer.state``.
 
     def predict_logits(self, model: nn.Module, split: PUSplit) -> np.ndarray:
         """Logits of ``model`` (eval mode) for every example of ``split``."""
@@ -131,7 +117,7 @@ class Trainer:
 
     def epoch_batches(self, rng: np.random.Generator) -> list[np.ndarray]:
         """The epoch's batches of training entries (:func:`batching.epoch_batches`)."""
-        return epoch_batches(self.entries, rng, self.cfg.batch_size, self.cfg.positive_share,
+        return epoch_batches(self.run.entries, rng, self.cfg.batch_size, self.cfg.positive_share,
                              None if self.ddp is None else self.ddp.round_batches)
 
     def plan_epoch(self, epoch: int, phase: int) -> tuple[EpochPlan, Iterator[Any],
@@ -146,8 +132,8 @@ class Trainer:
             batches = self.ddp.shard(batches, epoch)
         metas = self.strategy.validation_batches(rng, phase, len(batches))
         plan = EpochPlan.of(batches)
-        inputs = self.device_data.training_batches(
-            self.data.train.x, plan, self.entries, self.cfg.augment, self.cfg.crop_padding,
+        inputs = self.run.device_data.training_batches(
+            self.data.train.x, plan, self.run.entries, self.cfg.augment, self.cfg.crop_padding,
             self.cfg.seed * 1_000_003 + epoch)
         return plan, metas, inputs
 
@@ -161,7 +147,7 @@ class Trainer:
         phase = strategy.phase(epoch)
         torch.manual_seed(self.cfg.seed * 100_003 + epoch)
         plan, metas, inputs = self.plan_epoch(epoch, phase)
-        for st in self.students:
+        for st in self.state.students:
             st.model.train()
         layouts = strategy.layouts(plan, phase)
         mix = strategy.mixup(plan)
@@ -173,20 +159,23 @@ class Trainer:
             if deadline is not None and time.monotonic() > deadline:
                 progress.close()
                 raise OutOfTime
-            with self.device_data.autocast():
+            with self.run.device_data.autocast():
                 if self.ddp is not None:
-                    logits = [self.ddp.forward(k, x).float() for k in range(len(self.students))]
+                    logits = [self.ddp.forward(k, x).float()
+                              for k in range(len(self.state.students))]
                 else:
                     logits = [fwd(x).float() for fwd in self._train_forward]
-            batch = Batch(x, s, idx, lay, epoch + b / len(batches), phase, meta)
+            validation = None if meta is None else objective.ValidationBatch.of(*meta[:3])
+            lam, mixed = 1.0, None
             if mix is not None:
-                batch.lam, partner = mix.batch(plan, b)
-                x_mix = objective.mix_inputs(
-                    x, torch.from_numpy(partner).to(self.device), batch.lam)
-                with self.device_data.autocast():
-                    batch.mixed = [fwd(x_mix).float() for fwd in self._train_forward]
-            for k, st in enumerate(self.students):
-                with self.device_data.autocast():
+                lam, partner = mix.batch(plan, b)
+                x_mix = objective.mix_inputs(x, torch.from_numpy(partner).to(self.device), lam)
+                with self.run.device_data.autocast():
+                    mixed = [fwd(x_mix).float() for fwd in self._train_forward]
+            step = objective.StepBatch(x, s, idx, epoch + b / len(batches), validation, lam)
+            batch = Batch(step, lay, phase, mixed)
+            for k, st in enumerate(self.state.students):
+                with self.run.device_data.autocast():
                     loss, stats = strategy.loss(k, logits, batch)
                 st.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
@@ -197,8 +186,8 @@ class Trainer:
             progress.update(1)
         progress.close()
         if self.ddp is not None:  # BatchNorm statistics: the mean over ranks
-            self.ddp.sync_buffers([st.model for st in self.students])
-        for st in self.students:
+            self.ddp.sync_buffers([st.model for st in self.state.students])
+        for st in self.state.students:
             st.scheduler.step()
         return epoch_means(values)
 
@@ -209,7 +198,7 @@ class Trainer:
         state = self.state.best["state"]
         if state is None:
             raise RuntimeError("no model has been selected yet; call fit() first")
-        return candidates.load_selected(state, self.model_factory, self.device)
+        return candidates.load_selected(state, self.run.model_factory, self.device)
 
     def evaluate_split(self, split: PUSplit) -> tuple[dict[str, float], np.ndarray]:
         """Metrics of the selected model on ``split`` (call after :meth:`fit`)."""
@@ -241,12 +230,12 @@ class Trainer:
         for recorder in self.recorders:
             recorder.fit_start(self.run)
         if self.ddp is not None:
-            self.ddp.wrap([st.model for st in self.students], self.device)
+            self.ddp.wrap([st.model for st in self.state.students], self.device)
 
     def epoch_start(self, epoch: int) -> dict[str, Any]:
         """The epoch's row, after the strategy's work before training (Self-PU selects)."""
         row: dict[str, Any] = {"epoch": epoch, "phase": self.strategy.phase(epoch),
-                               "lr": self.students[0].optimizer.param_groups[0]["lr"]}
+                               "lr": self.state.students[0].optimizer.param_groups[0]["lr"]}
         self.strategy.epoch_start(epoch, row)
         return row
 
@@ -274,16 +263,17 @@ class Trainer:
         else:
             for recorder in self.recorders if paused else ():
                 recorder.fit_paused(self.run)
-            self.log(f"stopped at the time limit after epoch {len(self.history)}/"
+            self.run.log(f"stopped at the time limit after epoch {len(self.state.history)}/"
                      f"{self.cfg.epochs}; fit again to continue from the checkpoint")
-        return FitResult(self.best["epoch"], self.best["candidate"], self.best["score"] or
-                         float("nan"), self.history, self.run_dir, complete)
+        best = self.state.best
+        return FitResult(best["epoch"], best["candidate"], best["score"] or float("nan"),
+                         self.state.history, self.run.run_dir, complete)
 
     def fits_before(self, epoch: int, deadline: float) -> bool:
         """Whether the next epoch is expected to end before ``deadline``: the longest epoch
         of the same phase so far (with selection and evaluation) must fit."""
         phase = self.strategy.phase(epoch)
-        seen = [r["time/epoch_seconds"] for r in self.history if r["phase"] == phase]
+        seen = [r["time/epoch_seconds"] for r in self.state.history if r["phase"] == phase]
         if not seen:
             return time.monotonic() < deadline
         return time.monotonic() + max(seen) < deadline

@@ -325,7 +325,7 @@ def _finalist_diagnostics(trainer: Any, test: Any) -> dict[str, Any]:
     from adni_pu.pu.metrics import binary_metrics
     from adni_pu.pu.selection import finalist_models
 
-    final = trainer.final or {}
+    final = trainer.state.final or {}
     accuracy = {name: binary_metrics(trainer.predict_logits(model, test), test.truth)["accuracy"]
                 for name, model in finalist_models(trainer.run).items()}
     choice = final.get("choice")

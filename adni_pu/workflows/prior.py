@@ -282,7 +282,7 @@ def estimate_tensor_prior(data: PUData, train: TrainConfig, out: Path, epochs: i
     record = estimate_with_classifier(trainer, out, truth, n_bootstrap, deadline,
                                       finish_first_epoch)
     # resumed at start_epoch; each epoch trained in this call added a history row
-    return record, len(trainer.history) > trainer.start_epoch
+    return record, len(trainer.state.history) > trainer.state.start_epoch
 
 
 @holding_output_lock("prior", "out")  # one process per output folder (adni_pu.locking)
