@@ -114,7 +114,7 @@ def test_folds_too_small_for_an_estimate_are_refused_before_any_scan():
         patch.setattr(class_prior, "MIN_UNLABELLED_VAL", 10)
         with pytest.raises(ConfigError, match=(
                 "fold 1's validation split holds 1 labelled positive and 9 unlabelled scans, "
-                "and --prior estimate needs at least 10 and 10 .*so a fold cannot be trained "
-                "with an estimated prior")):
-            check_composition(DemoSettings(prior="estimate"), search=2)
+                "and --prior estimate needs at least 10 and 10 .*, so the class prior cannot be "
+                "estimated on this demo's folds; use --prior cohort")):
+            check_composition(DemoSettings(prior="estimate"))  # no search: refused at once
     check_composition(DemoSettings(), search=2)  # the cohort's prior: accepted

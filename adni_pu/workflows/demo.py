@@ -328,17 +328,26 @@ def check_composition(settings: DemoSettings, search: int = 200) -> None:
 
     manifest, ids = synthetic_manifest(settings, settings.subjects + search)
 
-    def problem_with(n: int) -> tuple[int, str] | None:
+    def problem_with(n: int, estimate: bool = settings.prior == "estimate"
+                     ) -> tuple[int, str] | None:
         first = manifest[manifest["subject_id"].isin(set(ids[:n]))].reset_index(drop=True)
         try:
             return fold_composition(fold_frames(first, settings.folds, settings.seed),
-                                    settings.prior == "estimate")
+                                    estimate)
         except ConfigError as exc:  # too few subjects left for the folds
             return 0, str(exc)
 
     problem = problem_with(settings.subjects)
     if problem is None:
         return
+    if settings.prior == "estimate" and problem_with(settings.subjects, False) is None:
+        # the folds train, but their validation splits are too small to estimate from: a
+        # few more subjects never fix that (the demo's folds hold a handful of positives)
+        raise ConfigError(f"--subjects {settings.subjects}: {problem[1]}, so the class prior "
+                          "cannot be estimated on this demo's folds; use --prior cohort (the "
+                          "default), or estimate it with `adni-pu prior` on a cohort whose "
+                          "validation split is large enough. Checked before generating any "
+                          "scan")
     for n in range(settings.subjects + 1, settings.subjects + search + 1):
         if problem_with(n) is None:
             fix = (f"the smallest --subjects that works with --folds {settings.folds} and "
