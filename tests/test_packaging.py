@@ -30,3 +30,26 @@ def test_a_wheel_built_from_the_tree_holds_adni_pu_only(tmp_path: Path) -> None:
         tops = {name.split("/")[0] for name in z.namelist()}
     assert {t for t in tops if not t.endswith(".dist-info")} == {"adni_pu"}
     assert "adni_pu/cli/app.py" in z.namelist()
+
+
+def _imported_roots(path: Path) -> set[str]:
+    import ast
+
+    roots: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            roots |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            roots.add(node.module.split(".")[0])
+    return roots
+
+
+def test_the_product_tests_and_the_benchmarks_do_not_import_each_other() -> None:
+    """tests/ tests the product; benchmarks/ (with its own tests) uses the product only."""
+    tests = [p for p in (ROOT / "tests").rglob("*.py") if "benchmarks" in _imported_roots(p)]
+    assert tests == []
+    scripts = [p for p in (ROOT / "benchmarks").rglob("*.py") if "tests" in _imported_roots(p)]
+    assert scripts == []
+    product = [p for p in (ROOT / "adni_pu").rglob("*.py")
+               if _imported_roots(p) & {"benchmarks", "tests"}]
+    assert product == []

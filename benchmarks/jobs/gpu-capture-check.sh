@@ -19,7 +19,7 @@ timeout "${TT:-180}" python3 -m pytest -q -p no:cacheprovider tests/test_replay.
 rc=$?; tail -n 20 "$OUT/tests.txt"; [ "$rc" = 0 ] || exit "$rc"
 [ -f .pieces/population-cost-capture-gpu.json ] && \
   cp .pieces/population-cost-capture-gpu.json "$OUT/"
-timeout "${T:-360}" python3 benchmarks/population_cost.py --device cuda \
+timeout "${T:-360}" python3 -m benchmarks.population_cost --device cuda \
   --data-dir .pieces/data/mnist --sizes ${SIZES:-1 10} --capture \
   --out "$OUT/population-cost-capture-gpu.json" > "$OUT/log.txt" 2>&1
 rc=$?; tail -n 30 "$OUT/log.txt"; exit "$rc"

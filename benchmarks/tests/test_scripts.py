@@ -1,30 +1,26 @@
-"""The benchmark scripts run the two ways the docs show them: ``python -m benchmarks.NAME``
-from the repository root and ``python benchmarks/NAME.py`` from anywhere. Neither edits
-``sys.path``: the scripts import each other through the ``benchmarks`` package, which the
-editable install maps (pyproject.toml) like ``adni_pu``."""
+"""The benchmark scripts run as the docs show them, ``python -m benchmarks.NAME`` from the
+repository root; they import each other through the ``benchmarks`` package and edit no
+``sys.path``. ``benchmarks/mnist_table.py``, the path older results files record, still
+runs as a file."""
 
 from __future__ import annotations
 
 import ast
+import json
 import os
 import re
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 BENCHMARKS = REPO / "benchmarks"
 SOURCES = sorted(BENCHMARKS.rglob("*.py"))
 SCRIPTS = sorted(p.stem for p in BENCHMARKS.glob("*.py")
                  if 'if __name__ == "__main__":' in p.read_text())
-#: What a bare import of a sibling would name: the modules and packages of benchmarks/.
-SIBLINGS = {p.stem for p in BENCHMARKS.glob("*.py")} | {
-    p.name for p in BENCHMARKS.iterdir() if (p / "__init__.py").is_file()}
+SIBLINGS = {p.stem for p in BENCHMARKS.glob("*.py")}
 SYS_PATH_EDIT = re.compile(r"sys\.path\s*(\.\s*(insert|append|extend|remove|pop|clear)\b"
                            r"|\[[^\]]*\]\s*=(?!=)|\+?=(?!=))")
-REINSTALL = ("is the editable install older than pyproject.toml's package list? "
-             "run `pip install -e .` (scripts/setup.sh does)")
 
 # --help through runpy, as ``python -m`` runs a module: every script in one process
 MODULE_FORM = """
@@ -47,12 +43,12 @@ print(json.dumps(failed))
 
 
 def _env() -> dict[str, str]:
-    """This environment without PYTHONPATH: imports resolve as a user's shell resolves them."""
-    return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    """This checkout's adni_pu first, as the repository root's ``python -m`` finds it."""
+    return {**os.environ, "PYTHONPATH": str(REPO)}
 
 
 def test_the_scripts_are_found() -> None:
-    assert {"qc_calibration", "selfpu_cost", "demo_guard", "paper_scale"} <= set(SCRIPTS)
+    assert {"selfpu_cost", "demo_guard", "demo_seeds", "paper_scale"} <= set(SCRIPTS)
 
 
 def test_no_benchmark_source_edits_sys_path() -> None:
@@ -81,25 +77,24 @@ def test_every_script_runs_as_a_module_from_the_repository_root() -> None:
     done = subprocess.run([sys.executable, "-c", MODULE_FORM, *SCRIPTS], cwd=REPO,
                           env=_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip().splitlines()[-1] == "{}", done.stdout[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {}, done.stdout[-3000:]
 
 
-def test_one_script_runs_with_python_dash_m() -> None:
-    done = subprocess.run([sys.executable, "-m", "benchmarks.demo_guard", "--help"], cwd=REPO,
-                          env=_env(), capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0 and "usage:" in done.stdout, done.stderr[-2000:]
-
-
-def test_every_script_runs_as_a_file_from_another_folder(tmp_path: Path) -> None:
-    """``python benchmarks/NAME.py`` puts benchmarks/, not the repository, first on the
-    path; run from an unrelated folder, so that nothing but the install finds the package."""
-    def help_of(name: str) -> tuple[str, subprocess.CompletedProcess]:
-        return name, subprocess.run([sys.executable, str(BENCHMARKS / f"{name}.py"), "--help"],
-                                    cwd=tmp_path, env=_env(), capture_output=True, text=True,
-                                    timeout=300)
-
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        results = list(pool.map(help_of, SCRIPTS))
-    failed = {name: done.stderr.strip().splitlines()[-1:] for name, done in results
-              if done.returncode != 0 or "sage:" not in done.stdout}
-    assert failed == {}, f"{failed} ({REINSTALL})"
+def test_the_recorded_mnist_table_path_still_makes_the_table(tmp_path: Path) -> None:
+    """Results files record `python benchmarks/mnist_table.py ...`: that path runs
+    ``adni-pu benchmark table``."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    (runs / "naive.json").write_text(json.dumps({
+        "settings": {"method": "naive", "epochs": 20, "selfpu": None}, "results": {"naive": {}},
+        "per_seed": [{"seed": s, "test": {"accuracy": a, "auc": a + 0.05},
+                      "test_accuracy_test_selected": a + 0.01,
+                      "seconds_per_epoch": {"phase1": 2.0}} for s, a in ((0, .5), (1, .52))]}))
+    script = str(BENCHMARKS / "mnist_table.py")
+    done = subprocess.run([sys.executable, script, str(runs)], capture_output=True, text=True,
+                          cwd=tmp_path, env=_env())
+    assert done.returncode == 0, done.stderr
+    assert "| naive | 2 |" in (tmp_path / "runs-table.md").read_text()
+    missing = subprocess.run([sys.executable, script, str(tmp_path / "none")],
+                             capture_output=True, text=True, env=_env())
+    assert missing.returncode == 2 and "no *.json results files" in missing.stderr
