@@ -93,12 +93,13 @@ def machine(note: str = "") -> str:
 def results_record(name: str, command: str, data: str, results: Any, *,
                    settings: dict[str, Any] | None = None, machine_note: str = "",
                    **fields: Any) -> dict[str, Any]:
-    """A results file's record: benchmark name, command, date, machine (this one, plus
-    ``machine_note``), data, settings, any other ``fields``, package versions, results."""
-    from adni_pu.provenance import package_versions
+    """A results file's record: benchmark name, command, the commit it ran on, date, machine
+    (this one, plus ``machine_note``), data, settings, any other ``fields``, package
+    versions, results."""
+    from adni_pu.provenance import git_commit, package_versions
 
-    record = {"benchmark": name, "command": command, "date": today(),
-              "machine": machine(machine_note), "data": data}
+    record = {"benchmark": name, "command": command, "git_commit": git_commit(),
+              "date": today(), "machine": machine(machine_note), "data": data}
     if settings is not None:
         record["settings"] = settings
     return {**record, **fields, "versions": package_versions(), "results": results}

@@ -2,7 +2,7 @@
 # The population's step replayed as a CUDA graph (adni_pu/pu/replay.py) on a GPU: its tests
 # and its seconds per epoch. One device call, run from the repository root with
 # carry [".whl", ".pieces"] (.whl: pytest and its dependencies, which the device image
-# lacks; .pieces/data/mnist: the MNIST IDX files, as in benchmarks/gpu-pieces.md):
+# lacks; .pieces/data/mnist: the MNIST IDX files, as in benchmarks/gpu-queue.md):
 #   bash benchmarks/jobs/gpu-capture-check.sh
 # 1. The capture's tests, skipped on a CPU: captured population == eager population.
 # 2. Seconds per epoch of populations of 1 and 10 Self-PU seeds, eager and captured, in one
