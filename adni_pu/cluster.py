@@ -59,11 +59,12 @@ def _executor(log_dir: str | Path, cluster: str | None, python: str | None,
 def merge_shards(output: str | Path, shards: int):
     """The merge job: ``summary_shard-i-of-N.csv`` (i = 1..N) into ``summary.csv``.
 
-    Strict (:func:`adni_pu.preprocessing.runner.merge_shard_summaries` with
+    Strict (:func:`adni_pu.preprocessing.summary.merge_shard_summaries` with
     ``require_all``): a missing shard summary, or one with other columns, is refused naming
     the file, and nothing is written. Returns the merged table.
     """
-    from adni_pu.preprocessing.runner import ShardMergeError, merge_shard_summaries
+    from adni_pu.errors import ShardMergeError
+    from adni_pu.preprocessing.summary import merge_shard_summaries
 
     try:
         return merge_shard_summaries(output, shards, require_all=True)

@@ -106,7 +106,7 @@ def test_preprocess_writes_sMRIPrep_names_and_a_dataset_description(preprocessed
     assert pd.read_csv(out / "summary.csv").preprocessed_path[0] == str(volume)
     assert [p for p in out.rglob("*preproc*.nii.gz")] == [volume]
     # train finds the settings that made a manifest's volumes (and copies them to RUN)
-    from adni_pu.workflows.train import find_preprocess_config
+    from adni_pu.workflows.volume_data import find_preprocess_config
 
     assert find_preprocess_config([volume]) == out / "preprocess_config.toml"
 

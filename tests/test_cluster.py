@@ -16,7 +16,7 @@ from volume_helpers import make_volume_cohort, tiny_overrides
 from adni_pu.cluster import ClusterError, merge_shards, submit_preprocessing, submit_training
 from adni_pu.preprocessing import discover_scans, load_config
 from adni_pu.preprocessing.phantom import synthetic_head
-from adni_pu.preprocessing.runner import SUMMARY_COLUMNS, shard_summary_path, write_summary
+from adni_pu.preprocessing.summary import SUMMARY_COLUMNS, shard_summary_path, write_summary
 
 FAST = ['skullstrip.method="template"', "registration.resolution_mm=4.0",
         "registration.iterations=[50, 20]", "registration.shrink_factors=[2, 1]",

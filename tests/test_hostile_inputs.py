@@ -201,7 +201,8 @@ def test_train_cli_says_one_line_and_exits_2(cohort: Path, tmp_path: Path) -> No
 def test_a_refused_volume_leaves_no_cache_thread_running(cohort: Path, tmp_path: Path) -> None:
     """The memory cache's worker threads are joined before the error leaves: a thread still
     inside torch when the command exits aborts the process (exit 134, not 2)."""
-    from adni_pu.data.volumes import VolumeDataConfig, build_volume_dataset
+    from adni_pu.data.volume_config import VolumeDataConfig
+    from adni_pu.data.volumes import build_volume_dataset
 
     data, affine = _grid_scan(cohort, 3)
     data[1, 1, 1] = np.inf

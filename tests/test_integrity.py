@@ -13,7 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 from adni_pu.cli.app import app
-from adni_pu.data.integrity import check_volume_files, volume_problem
+from adni_pu.data.grid_check import check_volume_files
+from adni_pu.data.integrity import volume_problem
 from adni_pu.errors import ManifestError, OutputError
 from adni_pu.fileio import check_out_dir
 

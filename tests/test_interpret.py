@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 from volume_helpers import NO_AUGMENTATION, make_volume_cohort, tiny_overrides
 
 from adni_pu.cli.app import app
-from adni_pu.data.volumes import VolumeDataConfig, build_volume_dataset
+from adni_pu.data.volume_config import VolumeDataConfig
+from adni_pu.data.volumes import build_volume_dataset
 from adni_pu.errors import AdniPuError
 from adni_pu.interpret.grid_model import GridModel, as_batch, load_grid_volume
 from adni_pu.interpret.maps import (

@@ -21,7 +21,8 @@ from adni_pu.preprocessing import (
 )
 from adni_pu.preprocessing import pipeline as pipe
 from adni_pu.preprocessing.phantom import synthetic_head
-from adni_pu.preprocessing.runner import SUMMARY_COLUMNS, parse_shard, shard_scans
+from adni_pu.preprocessing.runner import shard_scans
+from adni_pu.preprocessing.summary import SUMMARY_COLUMNS, parse_shard
 
 FAST = [
     'skullstrip.method="template"',

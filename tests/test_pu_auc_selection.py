@@ -23,7 +23,7 @@ from conftest import tiny_config
 from typer.testing import CliRunner
 
 from adni_pu.cli.app import app
-from adni_pu.pu import selection
+from adni_pu.pu import criteria
 from adni_pu.pu.run import RunView
 from adni_pu.pu.trainer import Trainer
 
@@ -39,7 +39,7 @@ def scripted_val_scores(run: RunView, logits):
     scores = _REAL_VAL_SCORES(run, logits)
     epoch = len(run.state.history)
     for key in scores:
-        lower = selection.LOWER_IS_BETTER.get(key, True)
+        lower = criteria.LOWER_IS_BETTER.get(key, True)
         scores[key] = 1.0 - 0.1 * epoch if lower else 0.1 * epoch
     scores["pu_auc"] = AUC_BY_EPOCH[epoch]
     return scores

@@ -1,4 +1,4 @@
-"""The PU risk that selection re-applies to recorded logits (``selection.pu_risks``, numpy)
+"""The PU risk that selection re-applies to recorded logits (``criteria.pu_risks``, numpy)
 equals the trainer's (``losses.pu_risk``, torch) for both labelling schemes."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from adni_pu.pu import losses, selection
+from adni_pu.pu import criteria, losses
 from adni_pu.pu.metrics import sigmoid
 
 
@@ -18,7 +18,7 @@ def test_selection_risk_is_the_trainers_pu_risk(scheme: str) -> None:
     labelled = rng.random(50) < 0.3
     u_mask = np.ones(50, bool) if scheme == "case-control" else ~labelled
     prior, prior_u = 0.4, (0.4 if scheme == "case-control" else 0.3)
-    got = selection.pu_risks(sigmoid(-logits), sigmoid(logits), labelled, u_mask, prior,
+    got = criteria.pu_risks(sigmoid(-logits), sigmoid(logits), labelled, u_mask, prior,
                              prior_u)
     for row, value in zip(logits, got):
         t = torch.from_numpy(row)

@@ -20,7 +20,8 @@ from adni_pu.data.volume_augment import (
     occurrences,
     rotation_matrices,
 )
-from adni_pu.data.volumes import VolumeDataConfig, build_volume_dataset
+from adni_pu.data.volume_config import VolumeDataConfig
+from adni_pu.data.volumes import build_volume_dataset
 from adni_pu.pu.batching import Entries, EpochPlan, epoch_batches
 from adni_pu.pu.device_data import DeviceData
 

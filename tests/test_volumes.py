@@ -19,7 +19,8 @@ from adni_pu.data.volume_boxes import (
     hippocampus_boxes,
     save_hippocampus_boxes,
 )
-from adni_pu.data.volumes import VolumeDataConfig, build_volume_dataset, collate_volumes
+from adni_pu.data.volume_config import VolumeDataConfig
+from adni_pu.data.volumes import build_volume_dataset, collate_volumes
 
 NO_AUG = dict(flip_prob=0.0, affine_prob=0.0, intensity_prob=0.0, translate=False,
               store_dtype="float32")  # batches then hold the cached values exactly

@@ -15,9 +15,9 @@ from adni_pu.data.pu import make_pu_data
 from adni_pu.errors import ConfigError
 from adni_pu.pu import checkpoint, losses, objective
 from adni_pu.pu.batching import EpochPlan
+from adni_pu.pu.criteria import val_scores
 from adni_pu.pu.metrics import sigmoid
 from adni_pu.pu.population import fit_population
-from adni_pu.pu.selection import val_scores
 from adni_pu.pu.strategies import VPU, shift_output_bias
 from adni_pu.pu.trainer import Trainer
 

@@ -19,6 +19,7 @@ as if it were a scan, and a 4D file would fail inside the network. Each problem 
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -136,3 +137,19 @@ def read_model_grid(path: str | Path, grid_shape: tuple[int, int, int] | None = 
 def header_step(grid_shape: tuple[int, int, int] | None) -> Any:
     """:func:`check_header` bound to the grid shape (None: the shape is not checked)."""
     return functools.partial(check_header, grid_shape=grid_shape)
+
+
+def check_volume_files(paths: Iterable[Path], source: str | Path,
+                       grid_shape: tuple[int, int, int] | None = None) -> None:
+    """Raise :class:`~adni_pu.errors.ManifestError` naming every model-grid volume of
+    ``paths`` (the scans of manifest ``source``) that is missing, a folder, not NIfTI,
+    truncated, not 3D or (with ``grid_shape``) not of the grid's shape: the header half of
+    this check, for every file before any is read."""
+    bad = [(p, why) for p in dict.fromkeys(paths)
+           if (why := header_problem(p, grid_shape)) is not None]
+    if not bad:
+        return
+    shown = "; ".join(f"{p}: {why}" for p, why in bad[:3])
+    more = f" (and {len(bad) - 3} more)" if len(bad) > 3 else ""
+    raise ManifestError(f"{source}: {len(bad)} scan(s) cannot be used: {shown}{more}; "
+                        "preprocess them again or remove their rows")

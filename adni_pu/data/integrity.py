@@ -15,7 +15,6 @@ from __future__ import annotations
 import gzip
 import math
 import zlib
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -112,22 +111,3 @@ def open_nifti(path: str | Path, error: type[Exception] | None = None) -> Any:
     if why is not None:
         raise (error or DataFormatError)(f"{path}: {why}")
     return img
-
-
-def check_volume_files(paths: Iterable[Path], source: str | Path,
-                       grid_shape: tuple[int, int, int] | None = None) -> None:
-    """Raise :class:`~adni_pu.errors.ManifestError` naming every model-grid volume of
-    ``paths`` (the scans of manifest ``source``) that is missing, a folder, not NIfTI,
-    truncated, not 3D or (with ``grid_shape``) not of the grid's shape: the header half of
-    :mod:`adni_pu.data.grid_check`, for every file before any is read."""
-    from adni_pu.data.grid_check import header_problem
-    from adni_pu.errors import ManifestError
-
-    bad = [(p, why) for p in dict.fromkeys(paths)
-           if (why := header_problem(p, grid_shape)) is not None]
-    if not bad:
-        return
-    shown = "; ".join(f"{p}: {why}" for p, why in bad[:3])
-    more = f" (and {len(bad) - 3} more)" if len(bad) > 3 else ""
-    raise ManifestError(f"{source}: {len(bad)} scan(s) cannot be used: {shown}{more}; "
-                        "preprocess them again or remove their rows")

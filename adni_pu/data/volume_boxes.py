@@ -3,7 +3,7 @@
 The 3-branch CNN sees two boxes around the AAL hippocampi (``hipp_l``, ``hipp_r``) cut from
 the crop of the model grid, optionally with the atlas label as a second channel, and the
 whole brain, optionally with a box around the lateral ventricles; these functions place
-them for a :class:`~adni_pu.data.volumes.VolumeDataConfig` and record them for a run folder.
+them for a :class:`~adni_pu.data.volume_config.VolumeDataConfig` and record them for a run folder.
 """
 
 from __future__ import annotations
@@ -11,22 +11,18 @@ from __future__ import annotations
 import functools
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 
 from adni_pu import atlas
+from adni_pu.data.volume_config import VolumeDataConfig
 from adni_pu.fileio import atomic_write_text
-
-if TYPE_CHECKING:
-    from adni_pu.data.volumes import VolumeDataConfig
 
 
 def _config(config: VolumeDataConfig | None) -> VolumeDataConfig:
     """``config``, or the default settings."""
-    from adni_pu.data.volumes import VolumeDataConfig
-
     return config or VolumeDataConfig()
 
 

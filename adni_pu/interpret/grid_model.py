@@ -25,7 +25,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from adni_pu.data.volume_boxes import hippocampus_boxes, hippocampus_masks, ventricle_box_mask
-from adni_pu.data.volumes import BRANCH_KEYS, VolumeDataConfig
+from adni_pu.data.volume_config import VolumeDataConfig
+from adni_pu.data.volumes import BRANCH_KEYS
 from adni_pu.errors import VolumeRunError
 
 

@@ -22,6 +22,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .config import PreprocessConfig
+from .io import Scan
+from .scans import bids_label
+
 #: TemplateFlow identifier of the template (``adni_pu.atlas.template_paths()["t1"]``).
 TEMPLATE = "MNI152NLin2009aSym"
 TEMPLATE_TEXT = ("ICBM 2009a nonlinear symmetric MNI152 template (TemplateFlow "
@@ -55,6 +59,19 @@ NAMES: dict[str, str] = {
 }
 #: Kinds written to ``sub-S/figures/`` instead of ``sub-S/ses-T/anat/``.
 FIGURES = frozenset({"qc"})
+
+#: Output kind -> the file name suffix it had after ``sub-S_ses-T_``, in ``sub-S/ses-T/``.
+LEGACY_SUFFIXES: dict[str, str] = {
+    "preproc": "T1w_preproc.nii.gz",
+    "brainmask_template": "brainmask_template.nii.gz",
+    "brainmask_native": "brainmask_native.nii.gz",
+    "cerebellum_template": "cerebellum_template.nii.gz",
+    "cerebellum_native": "cerebellum_native.nii.gz",
+    "affine": "affine.mat",
+    "warp": "warp.nii.gz",
+    "qc": "qc.png",
+    "sidecar": "sidecar.json",
+}
 
 # every file name an output of scan ``label`` can have, whatever its grid (for the cleanup
 # of a scan's earlier outputs, e.g. made on another grid)
@@ -101,8 +118,6 @@ def scan_names(subject: str, session: str, res: str) -> dict[str, str]:
 def earlier_outputs(output: Path, subject: str, session: str) -> list[Path]:
     """The files of scan ``sub-<subject>_ses-<session>`` now under ``output`` whatever grid
     made them (another ``res-``), and those of the layout before BIDS derivatives names."""
-    from .legacy_layout import LEGACY_SUFFIXES
-
     label = f"sub-{subject}_ses-{session}"
     pattern = re.compile(rf"{re.escape(label)}_(?:{_ANY_OUTPUT})")
     found = []
@@ -283,3 +298,98 @@ def write_description(output: Path, sources: list[dict[str, str]]) -> Path:
         sep = "\n" if current and not current.endswith("\n") else ""
         atomic_write_text(ignore, current + sep + "".join(f"{m}\n" for m in missing))
     return path
+
+
+def output_paths(scan: Scan, output: str | Path,
+                 config: PreprocessConfig | None = None) -> dict[str, Path]:
+    """Where each output of ``scan`` goes under ``output`` (BIDS derivatives names). The
+    ``res-`` label is ``config``'s model grid; without ``config``, that of the scan's record
+    already there (reading a finished run), else the default grid's (``1p5mm``)."""
+    subject, session = bids_label(scan.subject_id), bids_label(scan.session_id)
+    if config is not None:
+        res = res_label(config.grid.spacing_mm)
+    else:
+        res = res_label(PreprocessConfig().grid.spacing_mm)
+        made = _records(Path(output), subject, session)
+        if len(made) == 1:
+            res = made[0].name.split("_res-", 1)[1].split("_", 1)[0]
+    names = scan_names(subject, session, res)
+    return {k: Path(output) / rel for k, rel in names.items()}
+
+
+def _records(output: Path, subject: str, session: str) -> list[Path]:
+    """The records of scan ``sub-<subject>_ses-<session>`` under ``output``, any grid."""
+    folder = output / f"sub-{subject}" / f"ses-{session}" / "anat"
+    return sorted(folder.glob(f"sub-{subject}_ses-{session}_space-*_res-*_desc-preproc_T1w"
+                              ".json"))
+
+
+def find_record(scan: Scan, output: str | Path, config: PreprocessConfig | None = None) -> Path:
+    """The record (desc-preproc_T1w.json) of ``scan`` under ``output``: the one of
+    ``config``'s grid, else one made on another grid (its settings hash tells), else the
+    path the record of ``config``'s grid would have."""
+    path = output_paths(scan, output, config)["sidecar"]
+    if path.is_file():
+        return path
+    other = _records(Path(output), bids_label(scan.subject_id), bids_label(scan.session_id))
+    return other[0] if other else path
+
+
+def is_done(scan: Scan, output: str | Path, config_hash: str,
+            config: PreprocessConfig | None = None) -> bool:
+    """Whether ``scan`` already has complete outputs made from the same input content with
+    the same settings (see :func:`resume_check`)."""
+    return resume_check(scan, output, config_hash, config)[0]
+
+
+def resume_check(scan: Scan, output: str | Path, config_hash: str,
+                 config: PreprocessConfig | None = None) -> tuple[bool, str]:
+    """(done, why not): whether ``scan``'s outputs can be reused, and if not, why.
+
+    Outputs are reused only when the record (:func:`find_record`; ``config`` gives the
+    grid of the names) says ``done`` with the same settings hash, the
+    same input path and the same input content (SHA-256 of the file, or of the DICOM
+    folder's files; recomputed only when size, times or inode changed), and every output
+    file it lists is there. The reason is ``""`` for a scan without earlier outputs, else
+    one line for summary.csv's ``note`` (an input replaced at the same path is redone and
+    says so, never skipped).
+    """
+    from adni_pu.fileio import input_identity
+
+    try:
+        side = json.loads(find_record(scan, output, config).read_text())
+    except (OSError, json.JSONDecodeError):
+        return False, ""
+    if side.get("status") not in ("done", "failed-qc"):
+        return False, ""
+    if side.get("settings_hash") != config_hash:
+        return False, (f"redone: earlier outputs were made with other settings (hash "
+                       f"{side.get('settings_hash')}, now {config_hash})")
+    if str(side.get("input_path")) != str(scan.path):
+        return False, f"redone: earlier outputs came from {side.get('input_path')}"
+    known = {"sha256": side.get("input_sha256", ""), "stat": side.get("input_stat", "")}
+    if not known["sha256"]:
+        return False, "redone: earlier outputs do not record their input's content"
+    try:
+        now = input_identity(scan.path, known)
+    except OSError:
+        return False, ""
+    if now["sha256"] != known["sha256"]:
+        return False, (f"redone: the input changed since its outputs were made (sha256 "
+                       f"{known['sha256'][:12]} then, {now['sha256'][:12]} now)")
+    if side.get("status") != "done":
+        return False, ""
+    listed = side.get("outputs", {}).values()  # relative to the dataset root
+    if not all((Path(output) / name).is_file() for name in listed):
+        return False, "redone: some earlier outputs are missing"
+    return True, ""
+
+
+def recorded_sha256(scan: Scan, output: str | Path,
+                    config: PreprocessConfig | None = None) -> str:
+    """The input content hash recorded in ``scan``'s record under ``output`` ("" if none)."""
+    try:
+        return str(json.loads(find_record(scan, output, config).read_text())
+                   .get("input_sha256", ""))
+    except (OSError, json.JSONDecodeError, AttributeError):
+        return ""

@@ -26,18 +26,8 @@ from typing import Any
 from adni_pu.errors import OutputError
 from adni_pu.locking import holding_output_lock
 
-#: Output kind -> the file name suffix it had after ``sub-S_ses-T_``, in ``sub-S/ses-T/``.
-LEGACY_SUFFIXES: dict[str, str] = {
-    "preproc": "T1w_preproc.nii.gz",
-    "brainmask_template": "brainmask_template.nii.gz",
-    "brainmask_native": "brainmask_native.nii.gz",
-    "cerebellum_template": "cerebellum_template.nii.gz",
-    "cerebellum_native": "cerebellum_native.nii.gz",
-    "affine": "affine.mat",
-    "warp": "warp.nii.gz",
-    "qc": "qc.png",
-    "sidecar": "sidecar.json",
-}
+from .derivatives import LEGACY_SUFFIXES
+
 _RECORD = "_" + LEGACY_SUFFIXES["sidecar"]
 _MASKS = ("brainmask_template", "brainmask_native", "cerebellum_template",
           "cerebellum_native")
@@ -202,7 +192,7 @@ def _new_preproc_path(old: str) -> str:
 def _rewrite_summaries(output: Path) -> list[Path]:
     """Point summary.csv and shard summaries at the converted volumes; the files changed."""
     from .io import write_outputs
-    from .runner import read_summary
+    from .summary import read_summary
 
     changed = []
     for path in sorted([*output.glob("summary_shard-*-of-*.csv"), output / "summary.csv"]):
@@ -222,7 +212,7 @@ def _rewrite_summaries(output: Path) -> list[Path]:
 def _sources(output: Path) -> list[dict[str, str]]:
     """SourceDatasets of a converted folder: the common folder of its summary's inputs."""
     from .derivatives import source_datasets
-    from .runner import read_summary
+    from .summary import read_summary
 
     path = output / "summary.csv"
     if not path.is_file():

@@ -139,7 +139,7 @@ def spare_inputs(source: object, scans: Iterable, excluded: Iterable, output: Pa
     ``output``: the inputs are every scan found, those left out at discovery
     (:class:`~.scans.Excluded`), and ``source`` itself when it is a file (a CSV list);
     ``config`` (a PreprocessConfig) gives the grid in the output names."""
-    from .pipeline import output_paths
+    from .derivatives import output_paths
 
     scans = list(scans)
     given = [s.path for s in scans] + [e.scan.path for e in excluded]

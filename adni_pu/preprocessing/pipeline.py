@@ -24,45 +24,10 @@ import numpy as np
 from . import derivatives as bids
 from . import io as pio
 from .config import PreprocessConfig, settings_hash
+from .derivatives import is_done, output_paths, recorded_sha256
 from .io import Scan
 from .output_checks import InputIndex, input_collision, name_max, name_problem
 from .scans import bids_label
-
-
-def output_paths(scan: Scan, output: str | Path,
-                 config: PreprocessConfig | None = None) -> dict[str, Path]:
-    """Where each output of ``scan`` goes under ``output`` (BIDS derivatives names,
-    :mod:`.derivatives`). The ``res-`` label is ``config``'s model grid; without
-    ``config``, that of the scan's record already there (reading a finished run), else the
-    default grid's (``1p5mm``)."""
-    subject, session = bids_label(scan.subject_id), bids_label(scan.session_id)
-    if config is not None:
-        res = bids.res_label(config.grid.spacing_mm)
-    else:
-        res = bids.res_label(PreprocessConfig().grid.spacing_mm)
-        made = _records(Path(output), subject, session)
-        if len(made) == 1:
-            res = made[0].name.split("_res-", 1)[1].split("_", 1)[0]
-    names = bids.scan_names(subject, session, res)
-    return {k: Path(output) / rel for k, rel in names.items()}
-
-
-def _records(output: Path, subject: str, session: str) -> list[Path]:
-    """The records of scan ``sub-<subject>_ses-<session>`` under ``output``, any grid."""
-    folder = output / f"sub-{subject}" / f"ses-{session}" / "anat"
-    return sorted(folder.glob(f"sub-{subject}_ses-{session}_space-*_res-*_desc-preproc_T1w"
-                              ".json"))
-
-
-def find_record(scan: Scan, output: str | Path, config: PreprocessConfig | None = None) -> Path:
-    """The record (desc-preproc_T1w.json) of ``scan`` under ``output``: the one of
-    ``config``'s grid, else one made on another grid (its settings hash tells), else the
-    path the record of ``config``'s grid would have."""
-    path = output_paths(scan, output, config)["sidecar"]
-    if path.is_file():
-        return path
-    other = _records(Path(output), bids_label(scan.subject_id), bids_label(scan.session_id))
-    return other[0] if other else path
 
 
 def configure_threads(threads: int) -> None:
@@ -82,56 +47,6 @@ def configure_threads(threads: int) -> None:
     import SimpleITK as sitk
 
     sitk.ProcessObject.SetGlobalDefaultNumberOfThreads(threads)
-
-
-def is_done(scan: Scan, output: str | Path, config_hash: str,
-            config: PreprocessConfig | None = None) -> bool:
-    """Whether ``scan`` already has complete outputs made from the same input content with
-    the same settings (see :func:`resume_check`)."""
-    return resume_check(scan, output, config_hash, config)[0]
-
-
-def resume_check(scan: Scan, output: str | Path, config_hash: str,
-                 config: PreprocessConfig | None = None) -> tuple[bool, str]:
-    """(done, why not): whether ``scan``'s outputs can be reused, and if not, why.
-
-    Outputs are reused only when the record (:func:`find_record`; ``config`` gives the
-    grid of the names) says ``done`` with the same settings hash, the
-    same input path and the same input content (SHA-256 of the file, or of the DICOM
-    folder's files; recomputed only when size, times or inode changed), and every output
-    file it lists is there. The reason is ``""`` for a scan without earlier outputs, else
-    one line for summary.csv's ``note`` (an input replaced at the same path is redone and
-    says so, never skipped).
-    """
-    from adni_pu.fileio import input_identity
-
-    try:
-        side = json.loads(find_record(scan, output, config).read_text())
-    except (OSError, json.JSONDecodeError):
-        return False, ""
-    if side.get("status") not in ("done", "failed-qc"):
-        return False, ""
-    if side.get("settings_hash") != config_hash:
-        return False, (f"redone: earlier outputs were made with other settings (hash "
-                       f"{side.get('settings_hash')}, now {config_hash})")
-    if str(side.get("input_path")) != str(scan.path):
-        return False, f"redone: earlier outputs came from {side.get('input_path')}"
-    known = {"sha256": side.get("input_sha256", ""), "stat": side.get("input_stat", "")}
-    if not known["sha256"]:
-        return False, "redone: earlier outputs do not record their input's content"
-    try:
-        now = input_identity(scan.path, known)
-    except OSError:
-        return False, ""
-    if now["sha256"] != known["sha256"]:
-        return False, (f"redone: the input changed since its outputs were made (sha256 "
-                       f"{known['sha256'][:12]} then, {now['sha256'][:12]} now)")
-    if side.get("status") != "done":
-        return False, ""
-    listed = side.get("outputs", {}).values()  # relative to the dataset root
-    if not all((Path(output) / name).is_file() for name in listed):
-        return False, "redone: some earlier outputs are missing"
-    return True, ""
 
 
 @contextmanager
@@ -172,16 +87,6 @@ def _row(scan: Scan, status: str, seconds: float, error: str = "", preproc: str 
         "input_sha256": sha256,
         "note": "",
     }
-
-
-def recorded_sha256(scan: Scan, output: str | Path,
-                    config: PreprocessConfig | None = None) -> str:
-    """The input content hash recorded in ``scan``'s record under ``output`` ("" if none)."""
-    try:
-        return str(json.loads(find_record(scan, output, config).read_text())
-                   .get("input_sha256", ""))
-    except (OSError, json.JSONDecodeError, AttributeError):
-        return ""
 
 
 def preprocess_scan(

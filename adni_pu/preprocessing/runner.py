@@ -15,10 +15,7 @@ and exit by themselves if the main process dies, so no worker is ever orphaned.
 from __future__ import annotations
 
 import contextlib
-import io
-import json
 import os
-import re
 import signal
 import threading
 import time
@@ -29,24 +26,32 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from adni_pu import config as cfgmod
-from adni_pu.errors import ConfigError, OutputError, ShardMergeError
+from adni_pu.errors import OutputError
 from adni_pu.locking import holding_output_lock
 from adni_pu.progress import progress_bar
 
 from .config import PreprocessConfig, settings_hash
-from .derivatives import DESCRIPTION, source_datasets, write_description
+from .derivatives import (
+    DESCRIPTION,
+    output_paths,
+    recorded_sha256,
+    resume_check,
+    source_datasets,
+    write_description,
+)
 from .io import Scan, discover
 from .legacy_layout import refuse_legacy_layout
 from .output_checks import spare_inputs
-from .pipeline import find_record, output_paths, recorded_sha256, resume_check
+from .summary import (
+    merge_shard_summaries,
+    parse_shard,
+    shard_summary_path,
+    summary_frame,
+    with_earlier_rows,
+    write_summary,
+)
 
 T = TypeVar("T")
-
-SUMMARY_COLUMNS = ["subject_id", "session_id", "acquisition_date", "image_id",
-                   "series_description", "input_path", "status", "preprocessed_path",
-                   "error", "seconds", "input_sha256", "note"]
-#: Columns added after the first release: a summary.csv without them is still read.
-LATER_COLUMNS = ("input_sha256", "note")
 
 
 class PreprocessInterrupted(KeyboardInterrupt):
@@ -68,17 +73,6 @@ class PreprocessInterrupted(KeyboardInterrupt):
         where = f"; summary of those: {self.summary_path}" if self.summary_path else ""
         return (f"interrupted by {signal.Signals(self.signum).name}: {self.finished} of "
                 f"{self.total} scans finished, the rest were cancelled{where}")
-
-
-def parse_shard(text: str) -> tuple[int, int]:
-    """``"i/N"`` -> (i, N) with 1 <= i <= N (cluster array jobs count from 1)."""
-    match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text or "")
-    if not match:
-        raise ConfigError(f"shard {text!r}: expected i/N, e.g. 2/10")
-    i, n = int(match.group(1)), int(match.group(2))
-    if not 1 <= i <= n:
-        raise ConfigError(f"shard {text!r}: expected 1 <= i <= N, found i={i}, N={n}")
-    return i, n
 
 
 def shard_scans(scans: Sequence[T], shard: str) -> list[T]:
@@ -140,7 +134,6 @@ def _process_one(scan: Scan, output: str, config: PreprocessConfig) -> dict:
 def _process_one_threads(scan: Scan, output: str, config: PreprocessConfig, threads: int) -> dict:
     _worker_init(threads)
     return _process_one(scan, output, config)
-
 
 
 def _lock_part(args: dict[str, Any]) -> str | None:
@@ -257,12 +250,12 @@ def run_preprocessing(
                               "finished; rerun "
                               "the command to process it", "seconds": 0.0}
                     for scan in todo if (scan.subject_id, scan.session_id) not in seen)
-        cut = _summary_frame(rows, scans, left_out)
+        cut = summary_frame(rows, scans, left_out)
         if not runner.shard:
             cut = with_earlier_rows(cut, output, chash)
         stop.summary_path = write_summary(cut, output, runner.shard)
         raise
-    summary = _summary_frame(rows, scans, left_out)
+    summary = summary_frame(rows, scans, left_out)
     if not runner.shard:
         summary = with_earlier_rows(summary, output, chash)
     path = write_summary(summary, output, runner.shard)
@@ -270,76 +263,6 @@ def run_preprocessing(
               if runner.shard else None)
     summary.attrs["summary_path"] = str(path if merged is None else output / "summary.csv")
     return summary
-
-
-def _summary_frame(rows: list[dict], scans: Sequence[Scan], left_out: Sequence[dict] = ()):
-    """The summary rows in the order the scans were discovered, then the inputs left out."""
-    import pandas as pd
-
-    summary = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
-    order = {(s.subject_id, s.session_id): i for i, s in enumerate(scans)}
-    summary["_order"] = [order.get((r.subject_id, r.session_id), -1)
-                         for r in summary.itertuples()]
-    summary = summary.sort_values("_order", kind="stable").drop(columns="_order")
-    if left_out:
-        summary = pd.concat([summary, pd.DataFrame(left_out, columns=SUMMARY_COLUMNS)])
-    return summary.reset_index(drop=True)
-
-
-def read_summary(path: str | Path):
-    """A summary.csv (or shard summary) as strings; one written before the columns of
-    :data:`LATER_COLUMNS` existed gets them empty. Other columns are a ShardMergeError."""
-    import pandas as pd
-
-    path = Path(path)
-    frame = pd.read_csv(path, dtype=str, keep_default_na=False)
-    for col in LATER_COLUMNS:
-        if col not in frame.columns:
-            frame[col] = ""
-    if list(frame.columns) != SUMMARY_COLUMNS:
-        raise ShardMergeError(f"{path}: columns: expected {','.join(SUMMARY_COLUMNS)}, "
-                              f"found {','.join(map(str, frame.columns))}")
-    return frame
-
-
-def with_earlier_rows(summary, output: Path, config_hash: str | None = None):
-    """``summary`` plus the rows of ``output/summary.csv`` for scans this run did not list.
-
-    A second run into the same folder with another input must not hide the first run's
-    scans from the table the cohort builder reads. Kept rows whose outputs are gone become
-    ``missing``, and usable rows made with other settings than ``config_hash`` become
-    ``stale``, each with a note, so the cohort builder leaves them out and says why.
-    """
-    import pandas as pd
-
-    path = Path(output) / "summary.csv"
-    if not path.is_file():
-        return summary
-    earlier = read_summary(path)
-    seen = set(zip(summary["subject_id"].astype(str), summary["session_id"].astype(str)))
-    keep = earlier[[k not in seen for k in zip(earlier["subject_id"], earlier["session_id"])]]
-    if keep.empty:
-        return summary
-    keep = keep.copy()
-    for i, row in keep.iterrows():
-        if row["status"] not in ("done", "skipped"):
-            continue
-        scan = Scan(row["subject_id"], row["session_id"], Path(row["input_path"]))
-        try:
-            sidecar = json.loads(find_record(scan, output).read_text())
-        except (OSError, ValueError):
-            sidecar = None
-        if sidecar is None or not Path(row["preprocessed_path"]).is_file():
-            keep.loc[i, ["status", "note"]] = ["missing", "kept from an earlier run into "
-                                               "this folder, but its outputs are gone"]
-        elif config_hash and sidecar.get("settings_hash") != config_hash:
-            keep.loc[i, ["status", "note"]] = [
-                "stale", f"kept from an earlier run into this folder, made with other "
-                f"settings (hash {sidecar.get('settings_hash')}, this run's {config_hash}); "
-                "preprocess its input again to use it"]
-        elif not keep.loc[i, "note"].startswith("kept from an earlier run"):
-            keep.loc[i, "note"] = "kept from an earlier run into this folder"
-    return pd.concat([summary, keep[SUMMARY_COLUMNS]], ignore_index=True)
 
 
 def run_in_workers(jobs: Sequence[tuple[Scan, str | Path]], config: PreprocessConfig,
@@ -423,50 +346,3 @@ def _run_dask(scans: list[Scan], output: Path, config: PreprocessConfig, client:
             client.close()
 
 
-def shard_summary_path(output: str | Path, i: int, n: int) -> Path:
-    """Where the run with ``shard="i/n"`` writes its summary."""
-    return Path(output) / f"summary_shard-{i}-of-{n}.csv"
-
-
-def write_summary(summary, output: Path, shard: str = "") -> Path:
-    """Write ``summary.csv`` atomically (``summary_shard-i-of-N.csv`` for a shard)."""
-    from .io import write_outputs
-
-    name = "summary.csv"
-    if shard:
-        name = shard_summary_path(output, *parse_shard(shard)).name
-    buf = io.StringIO()
-    summary.to_csv(buf, index=False)
-    path = Path(output) / name
-    write_outputs({path: buf.getvalue().encode()})
-    return path
-
-
-def merge_shard_summaries(output: str | Path, shards: int, *, require_all: bool = True):
-    """Merge ``summary_shard-i-of-N.csv`` (i = 1..N) into ``summary.csv``; returns the table.
-
-    Every shard run calls this with ``require_all=False`` after writing its own summary, so
-    whichever shard finishes last (or any rerun of a shard) writes the merged table the
-    cohort builder reads; it returns None while some shard has not finished. A cluster's
-    merge job calls it with ``require_all=True``: a missing shard, or a file with other
-    columns, is a :class:`ShardMergeError` naming it, and nothing is written. Rows are
-    sorted by subject and session.
-    """
-    import pandas as pd
-
-    if shards < 1:
-        raise ShardMergeError(f"shards: expected a count >= 1, found {shards}")
-    output = Path(output)
-    parts = [shard_summary_path(output, i, shards) for i in range(1, shards + 1)]
-    missing = [p.name for p in parts if not p.is_file()]
-    if missing:
-        if not require_all:
-            return None
-        raise ShardMergeError(f"{output}: shard summaries missing: {', '.join(missing)} (each "
-                              f"written by `adni-pu preprocess --shard i/{shards}`)")
-    frames = [read_summary(path) for path in parts]
-    merged = pd.concat(frames, ignore_index=True)
-    merged = merged.sort_values(["subject_id", "session_id"], kind="stable")
-    merged = merged.reset_index(drop=True)
-    write_summary(merged, output)
-    return merged

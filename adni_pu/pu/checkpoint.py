@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 
 from adni_pu import config as cfgmod
 from adni_pu.errors import ResumeError
@@ -72,20 +71,6 @@ def half_size(obj: Any) -> Any:
     if isinstance(obj, (list, tuple)):
         return type(obj)(half_size(v) for v in obj)
     return obj
-
-
-def cpu_state(model: nn.Module) -> dict[str, torch.Tensor]:
-    """A detached CPU copy of a model's state (a selection candidate's weights)."""
-    return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
-
-
-def candidate_state(models: dict[str, nn.Module], candidates: dict[str, nn.Module],
-                    name: str) -> dict[str, Any]:
-    """The CPU state of the model ``name`` for the selection: one of ``models`` (every
-    network trained now), or the ``"average"`` of the ``candidates``."""
-    if name == "average":
-        return {"average": [cpu_state(m) for m in candidates.values()]}
-    return {"single": cpu_state(models[name])}
 
 
 def save_last(run: RunView, epoch: int, path: Path) -> None:
@@ -177,8 +162,9 @@ def save_selected(run: RunView, path: Path) -> None:
 
 
 def read_selected(path: Path) -> dict[str, Any]:
-    """Read ``best_model.pt``: ``state`` (for :func:`load_selected`), ``config``, ``epoch``,
-    ``candidate``; a damaged or foreign file is a :class:`ResumeError` naming it."""
+    """Read ``best_model.pt``: ``state`` (for :func:`adni_pu.pu.candidates.load_selected`),
+    ``config``, ``epoch``, ``candidate``; a damaged or foreign file is a
+    :class:`ResumeError` naming it."""
     try:
         saved = torch.load(path, map_location="cpu", weights_only=False)
         saved["state"], saved["config"]  # noqa: B018 - the keys this format promises
@@ -188,28 +174,3 @@ def read_selected(path: Path) -> dict[str, Any]:
     return saved
 
 
-class AveragedModel(nn.Module):
-    """The average of several models' probabilities, returned as a logit."""
-
-    def __init__(self, models: list[nn.Module]) -> None:
-        super().__init__()
-        self.members = nn.ModuleList(models)
-
-    def forward(self, x: Any) -> torch.Tensor:
-        p = torch.stack([torch.sigmoid(m(x)) for m in self.members]).mean(0).clamp(1e-7, 1 - 1e-7)
-        return torch.log(p / (1 - p))
-
-
-def load_selected(state: dict[str, Any], factory: Callable[[], nn.Module],
-                  device: torch.device) -> nn.Module:
-    """Rebuild the selected model (single or averaged) from its saved state."""
-    if "single" in state:
-        model = factory().to(device)
-        model.load_state_dict(state["single"])
-        return model.eval()
-    members = []
-    for sd in state["average"]:
-        m = factory().to(device)
-        m.load_state_dict(sd)
-        members.append(m.eval())
-    return AveragedModel(members).eval()

@@ -13,17 +13,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from adni_pu.errors import ConfigError
-
-if TYPE_CHECKING:
-    from adni_pu.pu.trainer import Trainer
 
 
 @dataclass
 class FitResult:
-    """What :meth:`Trainer.fit` leaves: the chosen model and the per-epoch history."""
+    """What :meth:`adni_pu.pu.trainer.Trainer.fit` leaves: the chosen model and the per-epoch history."""
 
     best_epoch: int
     best_candidate: str
@@ -37,11 +34,33 @@ class OutOfTime(Exception):
     """Raised inside an epoch that passes the deadline (its work is dropped)."""
 
 
+class EpochRun(Protocol):
+    """What the loop needs of one run (:class:`adni_pu.pu.trainer.Trainer` is one): its
+    settings, the epoch it resumes from, and its hooks around each epoch."""
+
+    @property
+    def cfg(self) -> Any: ...
+
+    @property
+    def start_epoch(self) -> int: ...
+
+    def fit_start(self) -> None: ...
+
+    def fits_before(self, epoch: int, deadline: float) -> bool: ...
+
+    def epoch_start(self, epoch: int) -> dict[str, Any]: ...
+
+    def epoch_end(self, row: dict[str, Any], stats: dict[str, Any], t0: float,
+                  t_select: float) -> None: ...
+
+    def fit_end(self, complete: bool, paused: bool) -> FitResult: ...
+
+
 EpochTrainer = Callable[[int, "float | None"], list[dict[str, Any]]]
 """(epoch, deadline) -> the statistics of each run's training pass in that epoch."""
 
 
-def run_epochs(trainers: list[Trainer], train: EpochTrainer, deadline: float | None = None,
+def run_epochs(trainers: list[EpochRun], train: EpochTrainer, deadline: float | None = None,
                finish_first_epoch: bool = True) -> list[FitResult]:
     """The epochs of :meth:`Trainer.fit` for one run, or for a population trained together
     (:mod:`adni_pu.pu.population`): per epoch each run's strategy works before training,

@@ -15,7 +15,7 @@ positives left in it (Self-PU's score band, ``rest_risk = "band"``).
 
 The risk is defined once, over a batch's rows with 0/1 masks (:func:`masked_pu_risk`, for
 one network or a stack); :func:`pu_risk` takes separate vectors of logits and calls it.
-The numpy form for many rows of recorded logits, :func:`adni_pu.pu.selection.pu_risks`, is
+The numpy form for many rows of recorded logits, :func:`adni_pu.pu.criteria.pu_risks`, is
 checked against it by the tests.
 
 VPU's loss, which needs no prior, is here too (:func:`variational_loss`,

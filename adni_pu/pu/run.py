@@ -117,7 +117,7 @@ class Student:
 
 class Selected(TypedDict):
     """The model selection so far: its validation score (None before the first epoch),
-    epoch, candidate name and CPU state (:func:`adni_pu.pu.checkpoint.candidate_state`)."""
+    epoch, candidate name and CPU state (:func:`adni_pu.pu.candidates.candidate_state`)."""
 
     score: float | None
     epoch: int
@@ -208,9 +208,9 @@ class RunView:
         return self.device_data.predict_logits(model, scoring_inputs(split))
 
     def val_scores(self, logits: np.ndarray) -> dict[str, float]:
-        """The validation criteria (:func:`adni_pu.pu.selection.val_scores`) of ``logits``
+        """The validation criteria (:func:`adni_pu.pu.criteria.val_scores`) of ``logits``
         of the validation split."""
-        from adni_pu.pu.selection import val_scores
+        from adni_pu.pu.criteria import val_scores
 
         return val_scores(logits, self.data.val, self.data.scheme, self.prior, self.prior_u,
                           self.cfg.pn_validation)

@@ -250,7 +250,7 @@ class VPU(Baseline):
         the largest phi over the training split (the training distribution's examples);
         the shift -logit(m / 2) is added to its output bias, so that its logits decide at
         0 wherever the model is used (``best["normaliser"]`` records m)."""
-        from adni_pu.pu.checkpoint import load_selected
+        from adni_pu.pu.candidates import load_selected
 
         best = self.run.state.best
         if (not self.vp.normalise or best["state"] is None or "normaliser" in best

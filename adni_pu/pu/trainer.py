@@ -33,7 +33,7 @@ from adni_pu.data.pu import PUData, PUSplit
 from adni_pu.errors import ConfigError
 from adni_pu.models import build_model
 from adni_pu.progress import progress_bar
-from adni_pu.pu import checkpoint, objective, selection
+from adni_pu.pu import candidates, checkpoint, objective, selection
 from adni_pu.pu.batching import Entries, EpochPlan, epoch_batches
 from adni_pu.pu.config import TrainConfig
 from adni_pu.pu.device_data import (
@@ -209,7 +209,7 @@ class Trainer:
         state = self.state.best["state"]
         if state is None:
             raise RuntimeError("no model has been selected yet; call fit() first")
-        return checkpoint.load_selected(state, self.model_factory, self.device)
+        return candidates.load_selected(state, self.model_factory, self.device)
 
     def evaluate_split(self, split: PUSplit) -> tuple[dict[str, float], np.ndarray]:
         """Metrics of the selected model on ``split`` (call after :meth:`fit`)."""

@@ -52,7 +52,7 @@ def demo_prior(manifest_frame: Any) -> tuple[dict[str, Any], str, float]:
 
     Returns (the settings to add, as values, a note for the report, the prior).
     """
-    from adni_pu.workflows.train import cohort_prior  # imports the data pipeline: lazily
+    from adni_pu.workflows.volume_data import cohort_prior  # imports the data pipeline: lazily
 
     frame = manifest_frame.copy()
     frame["split"] = frame["split"].astype(str)

@@ -171,7 +171,7 @@ def run_selection(run_dir: Path, train: Any) -> dict[str, Any]:
 
 def selection_markdown(chosen: dict[str, Any]) -> list[str]:
     """The report's "Model selection" part: the criterion that chose the model."""
-    from adni_pu.pu.selection import criterion_sentence
+    from adni_pu.pu.criteria import criterion_sentence
 
     crit = chosen["val_criterion"]
     text = "Chosen " + criterion_sentence(crit, chosen["selection"])

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from adni_pu.data.volumes import VolumeDataConfig
+from adni_pu.data.volume_config import VolumeDataConfig
 from adni_pu.errors import VolumeRunError
 from adni_pu.fileio import atomic_write_text
 from adni_pu.pu.metrics import sigmoid

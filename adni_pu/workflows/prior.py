@@ -54,7 +54,8 @@ within these epochs, so a longer run mainly costs time."""
 
 def naive_pu_auc(train: TrainConfig) -> TrainConfig:
     """``train`` as the P-vs-U classifier: naive PN chosen by the P-vs-U AUC on validation
-    (which needs no prior), the data's placeholder prior (:func:`placeholder_prior`)."""
+    (which needs no prior), the data's placeholder prior
+    (:func:`adni_pu.workflows.volume_data.placeholder_prior`)."""
     return dataclasses.replace(train, method="naive", val_criterion="pu_auc",
                                selection="best_epoch", prior=None)
 
@@ -79,18 +80,10 @@ def tensor_classifier_config(train: TrainConfig, epochs: int) -> TrainConfig:
     return naive_pu_auc(blind)
 
 
-def placeholder_prior(scheme: str, n_labelled: int, n_total: int) -> float:
-    """The class prior the classifier's PU data are built with: alpha = 1/2 as a stand-in
-    (naive training and the P-vs-U AUC use no prior; PUData needs one)."""
-    from adni_pu.pu.prior_estimate import prior_from_alpha
-
-    return prior_from_alpha(0.5, scheme, n_labelled, n_total)  # type: ignore[arg-type]
-
-
 def _split_prior_free(frame: Any, base: Path, config: VolumeTrainConfig) -> Any:
     """PU data of the train and val splits for the naive classifier (which uses no prior):
     built with alpha = 1/2 as a placeholder prior of the unlabelled scans."""
-    from adni_pu.workflows.train import build_pu_data, split_arrays
+    from adni_pu.workflows.volume_data import build_pu_data, placeholder_prior, split_arrays
 
     _, labelled = split_arrays(frame, "train")
     placeholder = placeholder_prior(config.scheme, int(labelled.sum()), len(labelled))
@@ -103,6 +96,7 @@ def prior_free_data(data: PUData) -> PUData:
     placeholder prior, the validation split standing in for the test split (so nothing
     reads the test split), and none of the construction's truth in ``info``."""
     from adni_pu.data.pu import PUData
+    from adni_pu.workflows.volume_data import placeholder_prior
 
     train = data.train
     prior = placeholder_prior(data.scheme, int(train.labelled.sum()), len(train))
@@ -163,7 +157,7 @@ def estimate_volume_prior(frame: Any, base: Path, config: VolumeTrainConfig, out
     ``ci_high``, ``method``, the counts, and ``true_prior`` where the cohort has truth."""
     from adni_pu.data.volumes import collate_volumes
     from adni_pu.pu.trainer import Trainer
-    from adni_pu.workflows.train import cohort_prior
+    from adni_pu.workflows.volume_data import cohort_prior
 
     settings = classifier_settings(config)
     data = _split_prior_free(frame, base, settings)
@@ -203,7 +197,7 @@ def estimate_manifest_prior(manifest: str | Path, config: VolumeTrainConfig, out
     """``adni-pu prior``: check the manifest's train and val scans as ``adni-pu train``
     does, then :func:`estimate_volume_prior` into the folder ``out`` (rerun: the classifier
     resumes from its checkpoint). Returns the record."""
-    from adni_pu.workflows.train import checked_manifest
+    from adni_pu.workflows.volume_data import checked_manifest
     from adni_pu.workflows.volume_settings import with_derived_values
 
     config = with_derived_values(config)

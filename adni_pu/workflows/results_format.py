@@ -277,7 +277,7 @@ def markdown_table(summary: dict[str, Any]) -> str:
                      f"{fmt(r['test_accuracy_test_selected'])} | {fmt(r['test_auc'])} | {secs} |")
     settings = summary.get("settings", {})
     if settings.get("val_criterion"):
-        from adni_pu.pu.selection import criterion_sentence
+        from adni_pu.pu.criteria import criterion_sentence
 
         lines += ["", "Model selected " + criterion_sentence(
             settings["val_criterion"], settings.get("selection", "best_epoch"))

@@ -108,7 +108,8 @@ def remove_unfinished_run(run_dir: Path) -> None:
 def load_run(run_dir: str | Path, device: str = "auto") -> tuple[VolumeTrainConfig, Any, dict]:
     """The run's settings, its selected model (eval mode) and run.json."""
     from adni_pu.models import build_model
-    from adni_pu.pu.checkpoint import load_selected, read_selected
+    from adni_pu.pu.candidates import load_selected
+    from adni_pu.pu.checkpoint import read_selected
     from adni_pu.pu.device_data import resolve_device
 
     run_dir = Path(run_dir)

@@ -1,7 +1,7 @@
 """Settings of a training run on MRI volumes: :class:`VolumeTrainConfig` and how it is resolved.
 
 The trainer's :class:`~adni_pu.pu.config.TrainConfig` (under ``train``), the MONAI
-pipeline's :class:`~adni_pu.data.volumes.VolumeDataConfig` (under ``data``), and the
+pipeline's :class:`~adni_pu.data.volume_config.VolumeDataConfig` (under ``data``), and the
 settings of the volume path itself (preset, class prior, PU scheme, bootstrap resamples).
 :func:`load_volume_config` resolves them from the preset, a TOML file, values and
 ``--set`` overrides; :func:`with_derived_values` fills in what follows from other settings.
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from adni_pu import config as cfgmod
-from adni_pu.data.volumes import VolumeDataConfig
+from adni_pu.data.volume_config import VolumeDataConfig
 from adni_pu.errors import ConfigError
 from adni_pu.pu.config import TrainConfig
 
