@@ -1,3 +1,2 @@
-"""Maintainers' benchmark scripts: ``python benchmarks/NAME.py`` or, from the repository root,
-``python -m benchmarks.NAME``. They import each other and :mod:`benchmarks.common` (what they
-share) through this package, which the editable install maps beside ``adni_pu``."""
+"""The scripts that make the tables the docs cite (benchmarks/README.md). Not part of the
+installed package: run them from the repository root as ``python -m benchmarks.NAME``."""

@@ -1,6 +1,6 @@
 """What the benchmark scripts share: where things are, the parts every results file has
-(command, date, machine, versions), the command-line plumbing, runs of two checkouts side
-by side, and the steps of the demo-style cohort benchmarks.
+(command, date, machine, versions), the command-line plumbing, a child process on another
+checkout, and the steps of the demo-style cohort benchmarks.
 
 Light on purpose: importing it loads no numerical library, so ``--help`` stays quick.
 """
@@ -22,9 +22,6 @@ REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
 #: Colin27 (1 mm, with skull; ch2bet.nii.gz and aal.nii.gz beside it), from the shared data.
 COLIN27 = REPO.parent / "shared" / "data" / "mri" / "colin27"
-#: The order of the runs in each round of a two-sided comparison: drift in the machine's
-#: load then falls on both sides alike.
-ABBA = ("a", "b", "b", "a")
 
 
 # ----------------------------------------------------------------------------- command line
@@ -45,9 +42,9 @@ def add_out(parser: argparse.ArgumentParser, filename: str) -> None:
 
 
 def command_line(script: str, argv: list[str] | None = None, prefix: str = "") -> str:
-    """How a script was called, for its results file: ``python benchmarks/NAME.py ARGS``
+    """How a script was called, for its results file: ``python -m benchmarks.NAME ARGS``
     (``script`` is the script's ``__file__``; ``argv`` defaults to this call's)."""
-    words = ["python", f"benchmarks/{Path(script).name}",
+    words = ["python", "-m", f"benchmarks.{Path(script).stem}",
              *(sys.argv[1:] if argv is None else argv)]
     return " ".join([prefix, *map(str, words)] if prefix else map(str, words))
 
@@ -86,11 +83,6 @@ def today() -> str:
     return dt.date.today().isoformat()
 
 
-def utc_stamp() -> str:
-    """Date and minute in UTC, for records that several runs a day append to."""
-    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-
-
 def machine(note: str = "") -> str:
     """This machine in words (CPU, cores, GPU), then ``note``."""
     from adni_pu.provenance import machine_description
@@ -101,12 +93,13 @@ def machine(note: str = "") -> str:
 def results_record(name: str, command: str, data: str, results: Any, *,
                    settings: dict[str, Any] | None = None, machine_note: str = "",
                    **fields: Any) -> dict[str, Any]:
-    """A results file's record: benchmark name, command, date, machine (this one, plus
-    ``machine_note``), data, settings, any other ``fields``, package versions, results."""
-    from adni_pu.provenance import package_versions
+    """A results file's record: benchmark name, command, the commit it ran on, date, machine
+    (this one, plus ``machine_note``), data, settings, any other ``fields``, package
+    versions, results."""
+    from adni_pu.provenance import git_commit, package_versions
 
-    record = {"benchmark": name, "command": command, "date": today(),
-              "machine": machine(machine_note), "data": data}
+    record = {"benchmark": name, "command": command, "git_commit": git_commit(),
+              "date": today(), "machine": machine(machine_note), "data": data}
     if settings is not None:
         record["settings"] = settings
     return {**record, **fields, "versions": package_versions(), "results": results}
@@ -187,26 +180,6 @@ def git_describe(checkout: Path, abbrev: int | None = None) -> str:
     if abbrev is not None:
         cmd.append(f"--abbrev={abbrev}")
     return subprocess.run(cmd, capture_output=True, text=True).stdout.strip()
-
-
-def add_checkouts(parser: argparse.ArgumentParser, rounds: int) -> None:
-    """The options of a two-checkout comparison: ``--a``, ``--b``, ``--rounds``, ``--out``."""
-    parser.add_argument("--a", type=Path, required=True, help="first checkout (baseline)")
-    parser.add_argument("--b", type=Path, required=True, help="second checkout")
-    parser.add_argument("--rounds", type=int, default=rounds,
-                        help="rounds of a, b, b, a (default: %(default)s)")
-    parser.add_argument("--out", type=Path, required=True, help="results file")
-
-
-def interleaved(rounds: int, run: Callable[[str, str], dict]) -> dict[str, list[dict]]:
-    """Each side's runs, made in the order a, b, b, a per round; ``run(side, tag)`` makes
-    one (``tag`` is unique to it) and returns its numbers, which are also printed."""
-    runs: dict[str, list[dict]] = {"a": [], "b": []}
-    for r in range(rounds):
-        for side in ABBA:
-            runs[side].append(run(side, f"{side}{r}{len(runs[side])}"))
-            print(side, json.dumps(runs[side][-1]), file=sys.stderr, flush=True)
-    return runs
 
 
 # ----------------------------------------------------------------------------- cohort benchmarks

@@ -7,15 +7,15 @@ same stages (generator, real preprocessing, cohort builder, training of naive, n
 Self-PU, pooled evaluation, reference lines) on 12 subjects for 2 epochs:
 
     # after regenerating the demo tables (docs/results.md, "The demo"), record the guard
-    .venv/bin/python benchmarks/demo_guard.py --record
+    .venv/bin/python -m benchmarks.demo_guard --record
 
 writes ``benchmarks/results/demo-guard.json``: every held-out subject's logit per method,
 the pooled metrics, and the commit of the demo tables it vouches for. The integration test
-(tests/test_demo.py) runs the same reduced demo and fails when a logit moved by more than
-:data:`LOGIT_ATOL`, or when the demo tables were regenerated without recording the guard
-again. The tolerance is far above float noise across CPUs (the 2-epoch logits agree to
-about 1e-6 between runs) and far below what a change to preprocessing, the cohort or
-training gives.
+(tests/test_demo.py) runs the same reduced demo (the record's ``demo_args``) and fails when a
+logit moved by more than ``LOGIT_ATOL`` (:mod:`adni_pu.workflows.demo_fingerprint`), or when
+the demo tables were regenerated without recording the guard again. The tolerance is far
+above float noise across CPUs (the 2-epoch logits agree to about 1e-6 between runs) and far
+below what a change to preprocessing, the cohort or training gives.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from adni_pu.workflows.demo_fingerprint import LOGIT_ATOL, differences, fingerprint
 from benchmarks.common import (
     REPO,
     RESULTS,
@@ -37,10 +38,6 @@ from benchmarks.common import (
 
 GUARD = RESULTS / "demo-guard.json"
 SEEDS = RESULTS / "demo-seeds.json"
-#: How far a held-out subject's logit may move before the demo's numbers count as moved.
-LOGIT_ATOL = 1e-3
-#: Pooled metrics recorded beside the logits (compared only through the logits).
-METRICS = ("accuracy", "auc", "hidden_positive_recall")
 
 
 def guard_args(out: Path) -> list[str]:
@@ -51,40 +48,12 @@ def guard_args(out: Path) -> list[str]:
             "--methods", "naive,nnpu,selfpu", "--threads", "1", "--workers", "2"]
 
 
-def fingerprint(record: dict) -> dict:
-    """Per method: each held-out subject's logit and the pooled metrics of a ``demo.json``."""
-    return {method: {
-        "logits": {p["subject_id"]: p["logit"] for p in sorted(
-            result["predictions"], key=lambda p: p["subject_id"])},
-        "metrics": {m: result["pooled"]["metrics"][m]["value"] for m in METRICS}}
-        for method, result in sorted(record["results"].items())}
-
-
-def differences(expected: dict, got: dict, atol: float = LOGIT_ATOL) -> list[str]:
-    """What differs between two fingerprints beyond ``atol``, one line each (empty: same)."""
-    lines: list[str] = []
-    if sorted(expected) != sorted(got):
-        return [f"methods: expected {sorted(expected)}, found {sorted(got)}"]
-    for method in expected:
-        want, have = expected[method]["logits"], got[method]["logits"]
-        if sorted(want) != sorted(have):
-            lines.append(f"{method}: scored subjects differ ({len(want)} recorded, "
-                         f"{len(have)} now)")
-            continue
-        moved = {s: have[s] - want[s] for s in want if abs(have[s] - want[s]) > atol}
-        if moved:
-            worst = max(moved, key=lambda s: abs(moved[s]))
-            lines.append(f"{method}: {len(moved)}/{len(want)} logits moved by more than "
-                         f"{atol:g} (largest {moved[worst]:+.4f}, subject {worst})")
-    return lines
-
-
 def stale_message(lines: list[str]) -> str:
     """Why the committed demo numbers no longer hold, and how to regenerate them."""
     return ("the demo's numbers moved: the committed tables (README, docs/results.md, "
             "benchmarks/results/demo-seeds.*) no longer match what the code gives:\n  "
             + "\n  ".join(lines) + "\nRegenerate them with the commands in docs/results.md, "
-            "\"The demo\", then run `python benchmarks/demo_guard.py --record`.")
+            "\"The demo\", then run `python -m benchmarks.demo_guard --record`.")
 
 
 def seeds_commit(path: Path = SEEDS) -> str | None:
@@ -130,7 +99,7 @@ def main() -> None:
     if differences(first, second, atol=LOGIT_ATOL / 10):
         raise SystemExit(f"the reduced demo is not repeatable on this machine (largest logit "
                          f"difference {repeat:.2e}): fix that before recording a guard")
-    record = {"command": "python benchmarks/demo_guard.py --record",
+    record = {"command": "python -m benchmarks.demo_guard --record",
               "demo_args": guard_args(Path("<tmp>")), "logit_atol": LOGIT_ATOL,
               "demo_seeds_commit": seeds_commit(),
               "code_commit": git_describe(args.code, abbrev=40),

@@ -6,7 +6,7 @@ Each seed is a fresh cohort (the generator's seed), fresh folds and fresh traini
     for s in 0 1 2; do /usr/bin/time -v adni-pu demo --out runs/demo-seed$s --seed $s \\
         2> runs/demo-seed$s.time; done
     # the tables: benchmarks/results/demo-seeds.md and .json
-    python benchmarks/demo_seeds.py --runs runs/demo-seed0 runs/demo-seed1 runs/demo-seed2
+    python -m benchmarks.demo_seeds --runs runs/demo-seed0 runs/demo-seed1 runs/demo-seed2
 
 Per seed and method, on the pooled held-out subjects: accuracy (the paper's number; the
 all-negative and all-positive accuracies are its reference lines), hidden-positive recall
@@ -263,7 +263,7 @@ def main() -> None:
         lines.append(f"| {d['pair']} | {d['metric'].replace('_', ' ')} | {d['value']:+.3f} "
                      f"[{d['ci_low']:+.3f}, {d['ci_high']:+.3f}] | {d['share_a_better']:.2f} | "
                      f"{d['n_subjects']} |")
-    lines += ["", "From `python benchmarks/demo_seeds.py --runs "
+    lines += ["", "From `python -m benchmarks.demo_seeds --runs "
               + " ".join(str(r) for r in args.runs) + "`.", ""]
     out = args.out_dir
     atomic_write_text(out / f"{args.name}.md", "\n".join(lines))

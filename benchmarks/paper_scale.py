@@ -19,18 +19,18 @@ and every piece can run on another machine::
 
     # 1. generate the cohort once (and preprocess it: ``--preprocessing real``, 46 minutes
     #    on 2 cores; the default uses the generator's ideal model-grid volumes)
-    python benchmarks/paper_scale.py prepare --work runs/paper-scale
+    python -m benchmarks.paper_scale prepare --work runs/paper-scale
     # 2. one method and one seed per call (seed = split seed = training seed); resumable
-    python benchmarks/paper_scale.py run --work runs/paper-scale --method nnpu --seed 0
+    python -m benchmarks.paper_scale run --work runs/paper-scale --method nnpu --seed 0
     #    (``--method nnpu-estimated``: nnPU with the estimated prior)
     # 3. the reference lines on seeds' splits (no CNN: seconds per seed once the volume
     #    features are measured, a few minutes the first time)
-    python benchmarks/paper_scale.py references --work runs/paper-scale --seed 0 1 2
+    python -m benchmarks.paper_scale references --work runs/paper-scale --seed 0 1 2
     # 4. the table over the results files found
-    python benchmarks/paper_scale.py table
+    python -m benchmarks.paper_scale table
     # 5. a cohort prepared with --preprocessing real, its results in their own folder
     #    (``run --results``), each method paired with itself on the ideal volumes
-    python benchmarks/paper_scale.py table --results benchmarks/results/paper-scale-real \
+    python -m benchmarks.paper_scale table --results benchmarks/results/paper-scale-real \
         --out benchmarks/results/paper-scale-real-table.md --beside benchmarks/results/paper-scale
 
 Results: ``benchmarks/results/paper-scale/<method>-seed<S>.json`` (metrics with CIs over
@@ -536,7 +536,7 @@ def table(args: argparse.Namespace) -> None:
               "its private 113-subject test split, with the model chosen on that split's "
               "curve; ours are chosen on validation. Different data: read the columns for "
               "the ordering and the size of the PU effect, not for equal numbers.", "",
-              "From `python benchmarks/paper_scale.py table` over "
+              "From `python -m benchmarks.paper_scale table` over "
               f"`{_shown(args.results)}/*.json` (each file has its command, settings, machine "
               "and versions).", ""]
     text = "\n".join(lines)

@@ -17,7 +17,7 @@ The status lines (and the wall time of each job) are also appended to
 ``RUNS/parallel_runs.log``. The exit status is 1 when a job failed (a job paused by its
 time limit, exit 75, is not a failure).
 
-    python benchmarks/parallel_runs.py JOBS --runs runs/par --jobs 12 --time-limit 8 \
+    python -m benchmarks.parallel_runs JOBS --runs runs/par --jobs 12 --time-limit 8 \
         --pack $OUT/runs.tar.xz
 """
 

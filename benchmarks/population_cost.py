@@ -1,6 +1,6 @@
 """Seconds per epoch of MNIST Self-PU: one run as today, and populations of runs as one stack.
 
-    python benchmarks/population_cost.py --device cuda --sizes 1 10 \
+    python -m benchmarks.population_cost --device cuda --sizes 1 10 \
         --out benchmarks/results/population-cost-mnist-gpu.json
 
 Modes, each timed in this one process (so their ratios share the machine's state):

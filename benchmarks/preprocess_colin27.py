@@ -8,7 +8,7 @@ Measures, with the default settings (deepbet skull stripping, ANTs affine):
   multiplicative bias field added; Dice of their masks against the original run's;
 - seconds per scan (wall and CPU) with 1 worker, per step, and scans per hour with 2.
 
-    python benchmarks/preprocess_colin27.py [--workdir DIR] [--out FILE.json]
+    python -m benchmarks.preprocess_colin27 [--workdir DIR] [--out FILE.json]
 """
 
 from __future__ import annotations
@@ -31,8 +31,14 @@ from benchmarks.common import (
     today,
     write_json,
 )
-from benchmarks.qc.cases import bias_field
 
+
+def bias_field(shape: tuple[int, ...], strength: float) -> np.ndarray:
+    """exp(strength * a smooth field scaled to [-1, 1])."""
+    grid = np.meshgrid(*[np.linspace(-1, 1, n) for n in shape], indexing="ij")
+    field = np.sin(1.3 * grid[0] + 0.4) * np.cos(1.1 * grid[1] - 0.3) + 0.5 * grid[2]
+    field /= np.abs(field).max()
+    return np.exp(strength * field).astype(np.float32)
 
 def _variants(workdir: Path) -> dict[str, tuple[Path, dict]]:
     """ch2 as given, axes permuted + flipped, and with a strong bias field."""

@@ -1,6 +1,6 @@
 """Cost of Self-PU relative to nnPU on MNIST, measured in one process (ratios, not seconds).
 
-    python benchmarks/selfpu_cost.py --data-dir ../shared/data/mnist \
+    python -m benchmarks.selfpu_cost --data-dir ../shared/data/mnist \
         --out benchmarks/results/selfpu-cost-mnist.json
 
 nnPU epochs are timed before and after the Self-PU epochs so that drift in the machine's load

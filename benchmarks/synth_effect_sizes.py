@@ -15,7 +15,7 @@ generator's defaults, and reports per setting:
 
 Usage::
 
-    python benchmarks/synth_effect_sizes.py [--subjects 4000]
+    python -m benchmarks.synth_effect_sizes [--subjects 4000]
 
 Writes ``benchmarks/results/synth-effect-sizes.json``; docs/volumes.md ("Effect sizes")
 compares it with the literature.

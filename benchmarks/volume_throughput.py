@@ -32,13 +32,57 @@ the synthetic generator (the same sizes a real preprocessed scan has).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import statistics
+import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 from benchmarks.common import REPO
+
+#: The commit before the augmentation moved to MONAI batch transforms: the ``old`` path.
+OLD_REF = "ccddfcd"
+
+
+def old_volumes_module(ref: str = OLD_REF) -> types.ModuleType:
+    """``adni_pu/data/volumes.py`` as it was at ``ref``, imported as its own module."""
+    text = subprocess.run(["git", "show", f"{ref}:adni_pu/data/volumes.py"], cwd=REPO,
+                          check=True, capture_output=True, text=True).stdout
+    name = f"_volumes_at_{ref}"
+    spec = importlib.util.spec_from_loader(name, loader=None)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    sys.modules[name] = module  # dataclasses look their module up
+    exec(compile(text, f"{ref}:adni_pu/data/volumes.py", "exec"), module.__dict__)
+    return module
+
+
+def write_volumes(root: Path, n: int, suffix: str = ".nii.gz") -> Path:
+    """``n`` model-grid volumes (the MNI template, scaled and noised per subject) and a
+    manifest whose train split holds them (``suffix`` ``.nii``: uncompressed, quicker)."""
+    import nibabel as nib
+    import numpy as np
+    import pandas as pd
+
+    from adni_pu import atlas
+
+    manifest = root / "manifest.csv"
+    if manifest.is_file():
+        return manifest
+    root.mkdir(parents=True, exist_ok=True)
+    affine = atlas.model_grid_affine()
+    t1 = atlas.resample_to(atlas.load_template("t1"), affine, atlas.MODEL_GRID_SHAPE)
+    rng = np.random.default_rng(0)
+    rows = []
+    for i in range(n):
+        data = t1 * (0.8 + 0.4 * rng.random()) + rng.normal(0, 3, t1.shape) * (t1 > 0)
+        nib.save(nib.Nifti1Image(data.astype(np.int16), affine), root / f"sub{i}{suffix}")
+        rows.append({"subject_id": f"S{i}", "session_id": "bl", "scan_path": f"sub{i}{suffix}",
+                     "pu_label": i % 2, "truth": i % 2, "split": "train"})
+    pd.DataFrame(rows).to_csv(manifest, index=False)
+    return manifest
 
 
 def _volumes(args: argparse.Namespace) -> Path:
@@ -48,8 +92,6 @@ def _volumes(args: argparse.Namespace) -> Path:
     if args.manifest is not None:
         return args.manifest
     if args.template:
-        from benchmarks.volume_augment import write_volumes
-
         return write_volumes(args.work / f"template-{args.subjects}", args.subjects,
                              suffix=".nii")
     from adni_pu import config as cfgmod
@@ -79,11 +121,7 @@ def _rate(n_samples: int, seconds: float) -> float:
 def _old_module(args: argparse.Namespace):
     """The previous ``adni_pu/data/volumes.py`` (per-item augmentation) as a module."""
     if args.old_file is None:
-        from benchmarks.volume_augment import old_volumes_module
-
         return old_volumes_module()
-    import importlib.util
-
     spec = importlib.util.spec_from_file_location("_volumes_old", args.old_file)
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     sys.modules["_volumes_old"] = module

@@ -4,19 +4,24 @@
 cohort builder, 2 cross-validation folds of three methods for 2 epochs each, the pooled
 evaluation, the reference lines and the report: about 2 CPU-minutes, most of it
 preprocessing. It is also the guard of the committed demo numbers: its held-out logits must
-equal the record in benchmarks/results/demo-guard.json (benchmarks/demo_guard.py).
+equal the record in benchmarks/results/demo-guard.json (made by ``python -m
+benchmarks.demo_guard --record``), which also holds the reduced demo's arguments.
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
 from adni_pu.cli.app import app
-from benchmarks import demo_guard
+from adni_pu.workflows.demo_fingerprint import differences, fingerprint
+
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+GUARD = RESULTS / "demo-guard.json"
 
 
 def test_reduced_demo_runs_end_to_end_and_resumes(tmp_path):
@@ -24,7 +29,8 @@ def test_reduced_demo_runs_end_to_end_and_resumes(tmp_path):
     # ADNI's composition labels about 14 % of subjects (the AD patients): a 12-subject cohort
     # takes a CN/AD-heavy mix (``--set synth.*`` changes the generator) so that every
     # fold's training and validation splits hold labelled positives
-    args = demo_guard.guard_args(out)
+    guard = json.loads(GUARD.read_text())
+    args = [str(out) if a == "<tmp>" else a for a in guard["demo_args"]]
     assert args[-6:] == ["--methods", "naive,nnpu,selfpu", "--threads", "1", "--workers", "2"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
@@ -74,12 +80,16 @@ def test_reduced_demo_runs_end_to_end_and_resumes(tmp_path):
 
     # the committed demo numbers are the code's: the logits equal the recorded ones, and
     # the record vouches for the committed demo tables (made on the same numbers)
-    guard = json.loads(demo_guard.GUARD.read_text())
-    moved = demo_guard.differences(guard["fingerprint"], demo_guard.fingerprint(record))
-    assert not moved, demo_guard.stale_message(moved)
-    assert guard["demo_seeds_commit"] == demo_guard.seeds_commit(), (
+    moved = differences(guard["fingerprint"], fingerprint(record))
+    assert not moved, (
+        "the demo's numbers moved: the committed tables (README, docs/results.md, "
+        "benchmarks/results/demo-seeds.*) no longer match what the code gives:\n  "
+        + "\n  ".join(moved) + "\nRegenerate them with the commands in docs/results.md, "
+        "\"The demo\", then run `python -m benchmarks.demo_guard --record`.")
+    seeds = json.loads((RESULTS / "demo-seeds.json").read_text())
+    assert guard["demo_seeds_commit"] == seeds["provenance"].get("git_commit"), (
         "benchmarks/results/demo-seeds.json was regenerated without recording the guard "
-        "again: run `python benchmarks/demo_guard.py --record`")
+        "again: run `python -m benchmarks.demo_guard --record`")
 
     # a second call resumes: nothing is generated or preprocessed again
     again = CliRunner().invoke(app, [*args[:-6], "--methods", "nnpu", "--threads", "1",

@@ -1,12 +1,10 @@
-"""The results table (adni_pu.workflows.results_table, run as ``adni-pu benchmark table`` and
-as benchmarks/mnist_table.py) on hand-made results files: means, std, paired differences,
-the schedule check and its one-line errors."""
+"""The results table (adni_pu.workflows.results_table, run as ``adni-pu benchmark table``)
+on hand-made results files: means, std, paired differences, the schedule check and its
+one-line errors."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,8 +13,6 @@ from typer.testing import CliRunner
 
 from adni_pu.cli.app import app
 from adni_pu.workflows.results_format import ResultsError
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "mnist_table.py"
 
 
 @pytest.fixture(scope="module")
@@ -242,21 +238,6 @@ def test_protocol_applies_the_final_rule_to_every_selfpu_row(table, tmp_path):
     assert record["rows"]["nnpu"]["test_accuracy"]["mean"] == pytest.approx(90.0)
     with pytest.raises(ResultsError, match="choose one"):
         table.build(runs, [], label_from_name=True, protocol=True, final_rule=("sp",))
-
-
-def test_the_recorded_script_path_still_makes_the_table(tmp_path):
-    """Results files record `python benchmarks/mnist_table.py ...`: that path runs the
-    package's table."""
-    runs = tmp_path / "runs"
-    runs.mkdir()
-    _write(runs, "naive", {0: 0.50, 1: 0.52})
-    done = subprocess.run([sys.executable, str(SCRIPT), str(runs)], capture_output=True,
-                          text=True)
-    assert done.returncode == 0, done.stderr
-    assert "| naive | 2 |" in (tmp_path / "runs-table.md").read_text()
-    missing = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "none")],
-                             capture_output=True, text=True)
-    assert missing.returncode == 2 and "no *.json results files" in missing.stderr
 
 
 def test_the_table_command_records_itself_and_refuses_a_bad_pair(tmp_path):

@@ -9,7 +9,7 @@
 # Environment: WORK (cohort and runs, default /tmp/paper-scale), P (pieces at a time, 6),
 # THREADS (torch threads per piece, 2), EPOCHS (8, the benchmark's), PYTHON (python3),
 # LOGS (RESULTS/logs). It runs the same on a CPU machine (the machine string says so).
-# The device call that ran it is in benchmarks/gpu-pieces.md ("Paper-scale ADNI").
+# The device call that ran it is in benchmarks/results/README.md ("How the runs were made").
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 RESULTS=$1; BUDGET=$2; shift 2

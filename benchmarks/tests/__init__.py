@@ -1,0 +1,1 @@
+"""Tests of the benchmark scripts (run by default: pyproject's testpaths)."""
