@@ -6,7 +6,7 @@ page, and ``cohort build --qc-ratings`` leaves out the scan rated fail.
 
 Skips, with one line saying why, where the browser or selenium cannot be had
 (``.ci/run`` installs them; selenium comes with the ``dev`` extra; the launcher and its
-flags: benchmarks/chromium.py).
+flags: tests/chromium.py).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from adni_pu.cli.app import app
 
 def browser(profile: Path, downloads: Path):
     """A headless Chromium that saves downloads into ``downloads``, or a skip saying why."""
-    from benchmarks.chromium import BrowserUnavailable, start_chromium
+    from chromium import BrowserUnavailable, start_chromium
 
     try:
         return start_chromium(profile, downloads)

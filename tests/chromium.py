@@ -1,5 +1,6 @@
 """Debian's headless Chromium driven by selenium, for the QC report's browser test
-(tests/test_qc_report_browser.py) and its scale benchmark (benchmarks/qc_report_scale.py).
+(tests/test_qc_report_browser.py; the 2,000-scan measurement used it too, from
+benchmarks/qc_report_scale.py, in git at a7cf031).
 
 Nothing is downloaded at run time: the system's ``chromium`` and ``chromedriver`` (apt
 packages chromium and chromium-driver; ``.ci/run`` installs them) and selenium from the
