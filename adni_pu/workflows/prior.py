@@ -196,12 +196,15 @@ def estimate_manifest_prior(manifest: str | Path, config: VolumeTrainConfig, out
                             log: Any = None) -> dict[str, Any]:
     """``adni-pu prior``: check the manifest's train and val scans as ``adni-pu train``
     does, then :func:`estimate_volume_prior` into the folder ``out`` (rerun: the classifier
-    resumes from its checkpoint). Returns the record."""
+    resumes from its checkpoint). Returns the record. Holds the lock of ``out`` and refuses
+    a folder that holds another command's outputs (a run folder, an evaluation)."""
+    from adni_pu.workflows.run_folder import claim_folder
     from adni_pu.workflows.volume_data import checked_manifest
     from adni_pu.workflows.volume_settings import with_derived_values
 
     config = with_derived_values(config)
     out = check_out_dir(out, "the output folder")
+    claim_folder(out, "prior")
     mpath, frame, _ = checked_manifest(manifest, config)
     out.mkdir(parents=True, exist_ok=True)
     return estimate_volume_prior(frame, mpath.parent, config, out, log=log,
