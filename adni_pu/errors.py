@@ -95,17 +95,3 @@ class DistributedError(AdniPuError, RuntimeError):
 class VolumeRunError(AdniPuError, ValueError):
     """Settings, a manifest or a run folder that cannot be used (the message says why)."""
 
-
-# interrupts ---------------------------------------------------------------------------------
-class Interrupted(KeyboardInterrupt):
-    """SIGINT (Ctrl-C) or SIGTERM stopped a command; ``signum`` says which. A
-    ``KeyboardInterrupt`` (not an :class:`AdniPuError`), so every ``except
-    KeyboardInterrupt`` clean-up runs for both signals; the CLI prints one line naming the
-    signal and exits with 128 + ``signum`` (``adni_pu.cli.common.interrupted_exit``)."""
-
-    def __init__(self, signum: int, hint: str | None = None) -> None:
-        import signal
-
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-        self.hint = hint

@@ -256,7 +256,7 @@ def test_the_recorded_script_path_still_makes_the_table(tmp_path):
     assert "| naive | 2 |" in (tmp_path / "runs-table.md").read_text()
     missing = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "none")],
                              capture_output=True, text=True)
-    assert missing.returncode == 2 and "no *.json results files" in missing.stderr
+    assert missing.returncode == 2 and "none: folder not found" in missing.stderr
 
 
 def test_the_table_command_records_itself_and_refuses_a_bad_pair(tmp_path):

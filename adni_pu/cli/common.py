@@ -11,8 +11,6 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from adni_pu.errors import Interrupted
-
 # the --set example of the commands that take volume-training settings (train, demo)
 SETS_EXAMPLE = "train.epochs=20 --set prior=0.45"
 
@@ -66,14 +64,26 @@ def positional_path(value: Path | None, deprecated: Path | None, name: str, flag
 
 
 # --------------------------------------------------------------------------- interrupts
-#: The signals that stop a command: each raises :class:`~adni_pu.errors.Interrupted`.
+class Interrupted(KeyboardInterrupt):
+    """SIGINT (Ctrl-C) or SIGTERM stopped a command; ``signum`` says which. A
+    ``KeyboardInterrupt`` (not an error of :mod:`adni_pu.errors`), so every ``except
+    KeyboardInterrupt`` / ``finally`` clean-up runs for both signals; :func:`interrupted_exit`
+    prints one line naming the signal and exits with 128 + ``signum``."""
+
+    def __init__(self, signum: int, hint: str | None = None) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+        self.hint = hint
+
+
+#: The signals that stop a command: each raises :class:`Interrupted`.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 @contextlib.contextmanager
 def stop_on_signals() -> Iterator[None]:
     """While a command runs, SIGINT (Ctrl-C) and SIGTERM raise
-    :class:`~adni_pu.errors.Interrupted` carrying the signal: the one mechanism of every
+    :class:`Interrupted` carrying the signal: the one mechanism of every
     command, so each ``except KeyboardInterrupt`` / ``finally`` clean-up runs for both (a
     SIGTERM otherwise ends Python with no clean-up at all, leaving temporary files).
 
