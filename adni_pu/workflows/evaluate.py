@@ -23,6 +23,10 @@ from adni_pu.fileio import atomic_write_text, check_out_dir, sha256_file
 from adni_pu.pu.metrics import METRIC_LABELS, PU_METRICS, format_ci, logit, sigmoid
 from adni_pu.pu.plots import roc_plot
 from adni_pu.workflows.run_folder import (
+    METRICS_CSV,
+    SELECTION,
+    SPLITS,
+    VAL_PREDICTIONS,
     claim_folder,
     evaluation_folder,
     load_manifest,
@@ -105,7 +109,7 @@ def _evaluate(run_dir: Path, split: str, source: tuple[Path, str, bool], cfg: An
              "(splits must be by subject)."),
             ("val", "the run's validation split, which chose the model (model selection)",
              "Metrics on them would not be an honest estimate; the selected model's "
-             f"validation predictions are in {run_dir / 'val_predictions.csv'}.")):
+             f"validation predictions are in {run_dir / VAL_PREDICTIONS}.")):
         assert_no_leakage(seen[seen["split"] == used], scored, what=f"{split!r}",
                           seen_in=seen_in, advice=advice)
     dataset = build_volume_dataset(frame, split, cfg.data, train=False, base_dir=mpath.parent)
@@ -149,7 +153,7 @@ def _evaluate(run_dir: Path, split: str, source: tuple[Path, str, bool], cfg: An
             f"{mpath} changed since the run was trained on it (sha256 "
             f"{info['manifest_sha256'][:12]} then, {sha[:12]} now): its {split!r} split may "
             f"not be the one planned; the subjects the run trained and selected on "
-            f"({run_dir / 'splits.csv'}) are still kept out")
+            f"({run_dir / SPLITS}) are still kept out")
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "predictions_scans.csv", scans.to_csv(index=False))
     atomic_write_text(out / "predictions_subjects.csv", subjects.to_csv(index=False))
@@ -175,7 +179,7 @@ run_record = read_scans_record
 def run_selection(run_dir: Path, train: Any) -> dict[str, Any]:
     """Which rule and validation criterion chose the run's model, and what it chose:
     ``RUN/selection.json`` where present, else the settings alone (``train``)."""
-    path = run_dir / "selection.json"
+    path = run_dir / SELECTION
     try:
         saved = json.loads(path.read_text()) if path.is_file() else {}
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
@@ -204,7 +208,7 @@ def run_nn_correction(run_dir: Path) -> dict[str, Any] | None:
     (``{"recorded": False}`` when the run folder has no metrics.csv)."""
     from adni_pu.pu.recorders import nn_correction_summary, read_metrics_csv
 
-    path = run_dir / "metrics.csv"
+    path = run_dir / METRICS_CSV
     if not path.is_file():
         return {"recorded": False}
     return nn_correction_summary(read_metrics_csv(path))

@@ -55,6 +55,8 @@ BOXES = "hippocampus_boxes.json"
 PREPROCESS_CONFIG = "preprocess_config.toml"
 VAL_PREDICTIONS = "val_predictions.csv"
 SELECTED_MODEL = "best_model.pt"
+SELECTION = "selection.json"
+METRICS_CSV = "metrics.csv"
 EVALUATION_DIR = "evaluation"
 #: prior = "estimate": the P-vs-U classifier's own run folder inside the run folder.
 PRIOR_ESTIMATE_DIR = "prior_estimate"
@@ -75,11 +77,11 @@ RUN_LAYOUT = outputs.Layout("train", "RUN", RUN_JSON, (
     *(outputs.Output(name, _TRAINER, what) for name, what in (
         ("config.toml", "the trainer's settings"),
         ("provenance.json", "machines and versions of every piece of the run"),
-        ("data.json", "the PU data's counts"), ("metrics.csv", "one row per epoch"),
+        ("data.json", "the PU data's counts"), (METRICS_CSV, "one row per epoch"),
         ("tensorboard/", "TensorBoard events"), ("curves.png", "training curves"),
         ("trusted_set.png", "Self-PU's trusted set"),
         ("checkpoints/", "last.pt: the last finished epoch (resume)"),
-        (SELECTED_MODEL, "the selected model"), ("selection.json", "what chose it"),
+        (SELECTED_MODEL, "the selected model"), (SELECTION, "what chose it"),
         ("val_logits/", "per-epoch validation logits (record_val_logits)"))),
     outputs.Output(f"{EVALUATION_DIR}/", "evaluate", "one folder per split and manifest"),
     outputs.Output("interpret-*/", "interpret", "default output folders of interpret"),
@@ -182,7 +184,7 @@ def finished_work(run_dir: Path) -> str:
 
     found = [str(name) for name in (LAST, SELECTED_MODEL, f"{PRIOR_ESTIMATE_DIR}/{LAST}")
              if (run_dir / name).exists()]
-    metrics = run_dir / "metrics.csv"
+    metrics = run_dir / METRICS_CSV
     if metrics.is_file():
         with open(metrics, "rb") as handle:
             rows = sum(1 for line in handle if line.strip()) - 1
