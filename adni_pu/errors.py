@@ -94,3 +94,4 @@ class DistributedError(AdniPuError, RuntimeError):
 
 class VolumeRunError(AdniPuError, ValueError):
     """Settings, a manifest or a run folder that cannot be used (the message says why)."""
+

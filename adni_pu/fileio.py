@@ -7,10 +7,14 @@ real name; a rerun then finds either the old file or the new one.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import shutil
+import signal
 import tempfile
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +105,47 @@ def atomic_write(path: str | Path, writer: Callable[[Path], None]) -> Path:
 def atomic_write_text(path: str | Path, text: str) -> Path:
     """Write ``text`` to ``path`` atomically."""
     return atomic_write(path, lambda tmp: tmp.write_text(text))
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold back SIGINT and SIGTERM while the block runs (a commit of a few renames), so an
+    interrupt never stops it half-way; a signal that came is delivered when it ends."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
+@contextlib.contextmanager
+def staged_folder(folder: Path, prefix: str) -> Iterator[Path]:
+    """A hidden temporary folder inside ``folder`` for a set of outputs committed together
+    (:func:`commit_staged`); removed, with whatever is left in it, when the block ends, so
+    an interrupted or failed command leaves no partial or hidden files behind."""
+    folder.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{prefix}-partial-", dir=folder))
+    try:
+        yield stage
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def commit_staged(stage: Path, folder: Path, stale: Iterable[Path] = ()) -> None:
+    """Move every file of ``stage`` to the same place under ``folder`` (one rename each) and
+    remove the ``stale`` files of an earlier run, with SIGINT and SIGTERM held back
+    (:func:`signals_deferred`): the folder then holds this run's files, whole."""
+    files = sorted(p for p in stage.rglob("*") if p.is_file())
+    with signals_deferred():
+        for path in stale:
+            path.unlink(missing_ok=True)
+        for path in files:
+            target = folder / path.relative_to(stage)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(path, target)
 
 
 def write_temporary(path: Path, data: bytes) -> Path:

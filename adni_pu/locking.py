@@ -220,16 +220,32 @@ def _flock(folder: Path, path: Path, command: str, shared: bool) -> Iterator[Non
 
 def _open(path: Path) -> tuple[int, bool] | None:
     """The lock file opened (created when missing): (fd, writable); None in a folder this
-    user cannot write (the command's own first write then fails, naming the folder)."""
+    user cannot write (the command's own first write then fails, naming the folder).
+
+    Never through a symbolic link (``O_NOFOLLOW``): a ``.adni-pu.lock`` that links to a
+    user's file must not get the lock record written over it; it is refused instead."""
+    flags = os.O_CLOEXEC | os.O_NOFOLLOW
     try:
-        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666), True
+        return os.open(path, os.O_RDWR | os.O_CREAT | flags, 0o666), True
     except OSError as exc:
+        _refuse_link(path, exc)
         if not (isinstance(exc, PermissionError) or exc.errno == errno.EROFS):
             raise
     try:  # another user's lock file in a shared folder: a read-only fd locks all the same
-        return os.open(path, os.O_RDONLY | os.O_CLOEXEC), False
-    except OSError:
+        return os.open(path, os.O_RDONLY | flags), False
+    except OSError as exc:
+        _refuse_link(path, exc)
         return None
+
+
+def _refuse_link(path: Path, exc: OSError) -> None:
+    """A lock path that is a symbolic link (``O_NOFOLLOW`` gives ELOOP): one line."""
+    if exc.errno == errno.ELOOP or path.is_symlink():
+        from adni_pu.errors import OutputError
+
+        raise OutputError(f"{path}: is a symbolic link; expected adni-pu's lock file (or "
+                          "nothing) there; remove the link, then run the command again"
+                          ) from exc
 
 
 def _acquire(folder: Path, path: Path, command: str, shared: bool) -> int | None:
@@ -246,7 +262,7 @@ def _acquire(folder: Path, path: Path, command: str, shared: bool) -> int | None
         try:
             fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = _read_record(fd)
+            holder = _live_record(_read_record(fd))
             os.close(fd)
             raise OutputLockedError(_refusal(folder, command, holder)) from None
         except OSError as exc:
@@ -296,6 +312,28 @@ def _read_record(fd: int) -> dict[str, Any] | None:
         return None
 
 
+def _live_record(record: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``record`` when it may be the live holder's; None when it is the record of a process
+    on this host that is gone (a stale file whose holder could not rewrite it, e.g. another
+    user's read-only lock file in a shared folder): the refusal then names no one rather
+    than a dead process."""
+    if not record or record.get("host") != socket.gethostname():
+        return record
+    try:
+        pid = int(record.get("pid", 0))
+    except (TypeError, ValueError):
+        return None
+    if pid <= 0:
+        return None
+    try:
+        os.kill(pid, 0)
+    except PermissionError:
+        return record  # alive: another user's process
+    except (OSError, OverflowError):
+        return None  # no such process
+    return record
+
+
 def _refusal(folder: Path, command: str, holder: dict[str, Any] | None) -> str:
     """The one-line refusal: who holds the folder, and what to do."""
     if holder is None:
@@ -314,14 +352,14 @@ def _part_holders(folder: Path) -> list[dict[str, Any]]:
     found = []
     for path in sorted(folder.glob(".adni-pu.*.lock")):
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
         except OSError:
             continue
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
             fcntl.flock(fd, fcntl.LOCK_UN)  # free: a stale file of a killed part
         except OSError:
-            record = _read_record(fd)
+            record = _live_record(_read_record(fd))
             if record:
                 found.append(record)
         finally:

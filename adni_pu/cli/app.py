@@ -12,8 +12,9 @@ Conventions of every command (docs/interfaces.md, "Command line"):
 - Errors: every library error a user can cause derives from :class:`adni_pu.errors.AdniPuError`;
   :class:`_App` catches that base once, prints ``error: <message>`` and exits with status 2.
   So it does with an ``OSError`` that names a path (a read-only folder, a full disk), or
-  that names none but is a full disk or a failing device. Ctrl-C prints one line saying
-  what is kept and how to continue, and exits 130. Anything else is a bug and shows its
+  that names none but is a full disk or a failing device. Ctrl-C and SIGTERM
+  (:func:`adni_pu.cli.common.stop_on_signals`) print one line naming the signal, what is
+  kept and how to continue, and exit 130 / 143. Anything else is a bug and shows its
   traceback.
 """
 
@@ -34,7 +35,7 @@ from adni_pu.errors import AdniPuError, AdniPuWarning  # light: the family impor
 #: inside a library): one line too, since no traceback helps with a full disk.
 _SYSTEM_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EFBIG})
 
-#: What Ctrl-C leaves behind, by command (one that gives no hint of its own).
+#: What Ctrl-C or SIGTERM leaves behind, by command (one that gives no hint of its own).
 _INTERRUPTED = {
     "train": "the run folder keeps the checkpoint of its last finished epoch; run the same "
              "command again to resume from it",
@@ -44,6 +45,10 @@ _INTERRUPTED = {
             "from them",
     "preprocess": "scans already finished are kept; run the same command again to process "
                   "the rest",
+    "prior": "the classifier keeps the checkpoint of its last finished epoch; run the same "
+             "command again to resume from it",
+    "interpret": "the output folder holds what it held before (this run's maps are written "
+                 "aside and only put in place once all are done); run the command again",
 }
 _INTERRUPTED_DEFAULT = ("every file is written whole or not at all, so nothing is left "
                         "half-written; run the command again")
@@ -74,11 +79,13 @@ def _warnings_as_lines() -> Iterator[None]:
 
 class _App(TyperGroup):
     """The top-level command group: turns an :class:`AdniPuError`, an ``OSError`` about a
-    file or a full disk, and Ctrl-C into one line (exit 2; 130 for Ctrl-C)."""
+    file or a full disk, and Ctrl-C or SIGTERM into one line (exit 2; 130 / 143)."""
 
     def invoke(self, ctx: typer.Context) -> object:
+        from adni_pu.cli.common import interrupted_exit, stop_on_signals
+
         try:
-            with _warnings_as_lines():
+            with _warnings_as_lines(), stop_on_signals():
                 return super().invoke(ctx)
         except AdniPuError as exc:
             typer.echo(f"error: {exc}", err=True)
@@ -95,11 +102,10 @@ class _App(TyperGroup):
             else:  # not about a path the user named: a bug, shown whole
                 raise
             raise typer.Exit(2) from exc
-        except KeyboardInterrupt as exc:  # Ctrl-C: say what is kept and how to go on
+        except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: what is kept, how to go on
             hint = getattr(exc, "hint", None) or _INTERRUPTED.get(
                 ctx.invoked_subcommand or "", _INTERRUPTED_DEFAULT)
-            typer.echo(f"\ninterrupted by the user (Ctrl-C); {hint}", err=True)
-            raise typer.Exit(130) from None
+            raise interrupted_exit(exc, hint) from None
 
 
 app = typer.Typer(

@@ -20,6 +20,9 @@ def evaluate(
         show_default="the one the run was trained on", help="another manifest")] = None,
     bootstrap: Annotated[Optional[int], typer.Option(  # noqa: UP045
         show_default="the run's setting, 1000", help="bootstrap resamples")] = None,
+    out: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        show_default="RUN/evaluation/<split>; RUN/evaluation/<manifest>-<sha8>/<split> for "
+                     "another manifest", help="output folder")] = None,
     device: Device = "auto",
 ) -> None:
     """Accuracy, balanced accuracy, AUC, sensitivity, specificity, hidden-positive recall and
@@ -27,7 +30,7 @@ def evaluate(
     from adni_pu.pu.metrics import format_ci
     from adni_pu.workflows.evaluate import REPORT_METRICS, evaluate_run
 
-    result = evaluate_run(run, split, manifest, device=device, n_boot=bootstrap)
+    result = evaluate_run(run, split, manifest, device=device, n_boot=bootstrap, out=out)
     for warning in result["warnings"]:
         typer.echo(f"warning: {warning}", err=True)
     typer.echo(f"{split}: {result['n_subjects']} subjects, {result['n_scans']} scans "

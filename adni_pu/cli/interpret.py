@@ -25,14 +25,15 @@ def interpret(
     manifest: Annotated[Optional[Path], typer.Option(  # noqa: UP045
         show_default="the one the run was trained on", help="another manifest")] = None,
     patch: Annotated[int, typer.Option(
-        help="occlusion block side in grid voxels (16 = 24 mm)")] = 16,
-    samples: Annotated[int, typer.Option(help="SmoothGrad noisy copies per scan")] = 8,
+        min=1, help="occlusion block side in grid voxels (16 = 24 mm)")] = 16,
+    samples: Annotated[int, typer.Option(min=1, help="SmoothGrad noisy copies per scan")] = 8,
     sanity: Annotated[int, typer.Option(
-        help="subjects that also get a map from the re-initialised network (model "
-             "randomisation check); 0 skips it")] = 3,
+        min=0, help="subjects that also get a map from the re-initialised network (model "
+                    "randomisation check); 0 skips it")] = 3,
     bootstrap: Annotated[int, typer.Option(
-        help="bootstrap resamples of the hippocampal-share CI")] = 1000,
-    threads: Annotated[int, typer.Option(help="torch threads; 0 leaves torch's default")] = 0,
+        min=1, help="bootstrap resamples of the hippocampal-share CI")] = 1000,
+    threads: Annotated[int, typer.Option(
+        min=0, help="torch threads; 0 leaves torch's default")] = 0,
     device: Device = "auto",
 ) -> None:
     """Maps of what the selected model looks at, one per scan on the model grid (NIfTI),

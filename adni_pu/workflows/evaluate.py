@@ -20,10 +20,23 @@ import numpy as np
 from adni_pu import config as cfgmod
 from adni_pu.cohort.ids import scans_by_subject
 from adni_pu.errors import VolumeRunError
-from adni_pu.fileio import atomic_write_text, sha256_file
+from adni_pu.fileio import atomic_write_text, check_out_dir, sha256_file
 from adni_pu.pu.metrics import METRIC_LABELS, PU_METRICS, format_ci, logit, sigmoid
 from adni_pu.pu.plots import roc_plot
-from adni_pu.workflows.run_folder import load_manifest, load_run, manifest_file, score_dataset
+from adni_pu.workflows.run_folder import (
+    METRICS_CSV,
+    SCANS_RECORD,
+    SELECTION,
+    SPLITS,
+    VAL_PREDICTIONS,
+    claim_folder,
+    evaluation_folder,
+    load_manifest,
+    load_run,
+    manifest_file,
+    read_scans_record,
+    score_dataset,
+)
 from adni_pu.workflows.volume_settings import VolumeTrainConfig
 
 METRICS = ("accuracy", "balanced_accuracy", "auc", "sensitivity", "specificity")
@@ -37,7 +50,8 @@ REPORT_METRICS = METRICS + PU_METRICS
 
 
 def evaluate_run(run_dir: str | Path, split: str = "test", manifest: str | Path | None = None,
-                 device: str = "auto", n_boot: int | None = None) -> dict[str, Any]:
+                 device: str = "auto", n_boot: int | None = None,
+                 out: str | Path | None = None) -> dict[str, Any]:
     """Metrics of the run's selected model on ``split`` with subject-bootstrap 95 % CIs.
 
     ``manifest`` defaults to the one the run was trained on. Refuses (``LeakageError``)
@@ -45,22 +59,43 @@ def evaluate_run(run_dir: str | Path, split: str = "test", manifest: str | Path 
     the run's training split or in its validation split (which chose the model, so metrics
     on it would be optimistic: ``--split val`` of the training manifest is always refused;
     RUN/val_predictions.csv holds those). ``n_boot`` (``--bootstrap``) must be >= 0. Writes
-    ``RUN/evaluation/<split>/`` (metrics.json, predictions_scans.csv,
-    predictions_subjects.csv, roc.png, report.md) and returns the metrics dict; the report
-    also says how often nnPU's non-negative correction fired in training (metrics.csv).
+    metrics.json, predictions_scans.csv, predictions_subjects.csv, roc.png and report.md
+    into ``out``, by default ``RUN/evaluation/<split>/`` for the run's own manifest and
+    ``RUN/evaluation/<manifest stem>-<sha8>/<split>/`` for another
+    (:func:`~adni_pu.workflows.run_folder.evaluation_folder`: another manifest never
+    replaces the run's own evaluation), holding that folder's lock; returns the metrics
+    dict. The report also says how often nnPU's non-negative correction fired in training.
     """
+    from adni_pu.locking import output_lock
+
+    if n_boot is not None:  # refused before any work, as the setting it replaces would be
+        n_boot = cfgmod.check_setting(VolumeTrainConfig, "bootstrap", n_boot, "--bootstrap")
+    run_dir = Path(run_dir)
+    cfg, model, info = load_run(run_dir, device)
+    boots = cfg.bootstrap if n_boot is None else n_boot
+    mpath = manifest_file(manifest if manifest is not None else info["manifest"])
+    sha = sha256_file(mpath)
+    own = manifest is None or sha == info.get("manifest_sha256")
+    out_dir = check_out_dir(evaluation_folder(run_dir, split, mpath, own,
+                                              Path(out) if out is not None else None),
+                            "the evaluation")
+    claim_folder(out_dir, "evaluate")
+    with output_lock(out_dir, "evaluate"):
+        return _evaluate(run_dir, split, (mpath, sha, manifest is not None), cfg, model,
+                         info, boots, out_dir)
+
+
+def _evaluate(run_dir: Path, split: str, source: tuple[Path, str, bool], cfg: Any, model: Any,
+              info: dict[str, Any], boots: int | None, out: Path) -> dict[str, Any]:
+    """:func:`evaluate_run` once its output folder is locked; ``source``: the manifest, its
+    sha256 and whether it was given."""
     import pandas as pd
 
     from adni_pu.cohort.leakage import assert_no_leakage, refuse_repeated_images, scan_table
     from adni_pu.data.volumes import build_volume_dataset
     from adni_pu.pu.metrics import bootstrap_ci
 
-    if n_boot is not None:  # refused before any work, as the setting it replaces would be
-        n_boot = cfgmod.check_setting(VolumeTrainConfig, "bootstrap", n_boot, "--bootstrap")
-    run_dir = Path(run_dir)
-    cfg, model, info = load_run(run_dir, device)
-    mpath = manifest_file(manifest if manifest is not None else info["manifest"])
-    sha = sha256_file(mpath)
+    mpath, sha, given = source
     frame = load_manifest(mpath)
     rows = frame[frame["split"] == split].reset_index(drop=True)
     if rows.empty:
@@ -69,7 +104,7 @@ def evaluate_run(run_dir: str | Path, split: str = "test", manifest: str | Path 
     # the run's record of its train and val scans (ids and image keys; file hashes for
     # runs made before image keys, ids alone before the record), against the scored rows:
     # by canonical id and by image; and each scored image once
-    seen = run_record(run_dir)
+    seen = read_scans_record(run_dir)
     scored = scan_table(frame[frame["split"] == split], mpath.parent, source=mpath)
     scored["where"] = mpath.name + " " + scored["where"]
     refuse_repeated_images(scored.assign(group=split), mpath)
@@ -78,7 +113,7 @@ def evaluate_run(run_dir: str | Path, split: str = "test", manifest: str | Path 
              "(splits must be by subject)."),
             ("val", "the run's validation split, which chose the model (model selection)",
              "Metrics on them would not be an honest estimate; the selected model's "
-             f"validation predictions are in {run_dir / 'val_predictions.csv'}.")):
+             f"validation predictions are in {run_dir / VAL_PREDICTIONS}.")):
         assert_no_leakage(seen[seen["split"] == used], scored, what=f"{split!r}",
                           seen_in=seen_in, advice=advice)
     dataset = build_volume_dataset(frame, split, cfg.data, train=False, base_dir=mpath.parent)
@@ -95,7 +130,6 @@ def evaluate_run(run_dir: str | Path, split: str = "test", manifest: str | Path 
         n_scans=("probability", "size"), probability=("probability", "mean"),
         pu_label=("pu_label", "max"), truth=("truth", "first")).reset_index()
     subjects["logit"] = logit(subjects["probability"])
-    boots = cfg.bootstrap if n_boot is None else n_boot
     known_sub = subjects["truth"].notna()
     result: dict[str, Any] = {
         "run": str(run_dir), "split": split, "manifest": str(mpath),
@@ -123,17 +157,16 @@ def evaluate_run(run_dir: str | Path, split: str = "test", manifest: str | Path 
     result["warnings"] = []
     if "sha256" in seen.columns and "image_key" not in seen.columns:
         result["warnings"].append(
-            f"{run_dir / 'scans.csv'} was written before image keys were recorded: the "
+            f"{run_dir / SCANS_RECORD} was written before image keys were recorded: the "
             f"{split!r} scans are compared with the run's by file hash (SHA-256) and "
             "canonical subject id only, so a re-saved copy of a training image (gunzipped, "
             "re-gzipped) is not caught; train the run again to record them")
-    if manifest is None and info.get("manifest_sha256") not in (None, sha):
+    if not given and info.get("manifest_sha256") not in (None, sha):
         result["warnings"].append(
             f"{mpath} changed since the run was trained on it (sha256 "
             f"{info['manifest_sha256'][:12]} then, {sha[:12]} now): its {split!r} split may "
             f"not be the one planned; the subjects the run trained and selected on "
-            f"({run_dir / 'splits.csv'}) are still kept out")
-    out = run_dir / "evaluation" / split
+            f"({run_dir / SPLITS}) are still kept out")
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "predictions_scans.csv", scans.to_csv(index=False))
     atomic_write_text(out / "predictions_subjects.csv", subjects.to_csv(index=False))
@@ -152,24 +185,14 @@ def evaluate_run(run_dir: str | Path, split: str = "test", manifest: str | Path 
     return result
 
 
-def run_record(run_dir: Path) -> Any:
-    """What the run trained and selected on, for the leakage guard: ``RUN/scans.csv``
-    (split, ids, content hashes), or the subject ids of ``RUN/splits.csv`` for a run made
-    before that record existed."""
-    import pandas as pd
-
-    from adni_pu.cohort.leakage import RUN_RECORD
-
-    if (run_dir / RUN_RECORD).is_file():
-        return pd.read_csv(run_dir / RUN_RECORD, dtype=str, keep_default_na=False)
-    splits = pd.read_csv(run_dir / "splits.csv", dtype={"subject_id": str})
-    return splits[["subject_id", "split"]]
+#: What the run trained and selected on (kept for callers of the old name).
+run_record = read_scans_record
 
 
 def run_selection(run_dir: Path, train: Any) -> dict[str, Any]:
     """Which rule and validation criterion chose the run's model, and what it chose:
     ``RUN/selection.json`` where present, else the settings alone (``train``)."""
-    path = run_dir / "selection.json"
+    path = run_dir / SELECTION
     try:
         saved = json.loads(path.read_text()) if path.is_file() else {}
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
@@ -198,7 +221,7 @@ def run_nn_correction(run_dir: Path) -> dict[str, Any] | None:
     (``{"recorded": False}`` when the run folder has no metrics.csv)."""
     from adni_pu.pu.recorders import nn_correction_summary, read_metrics_csv
 
-    path = run_dir / "metrics.csv"
+    path = run_dir / METRICS_CSV
     if not path.is_file():
         return {"recorded": False}
     return nn_correction_summary(read_metrics_csv(path))

@@ -118,16 +118,14 @@ def _scan_path(value: Any, manifest: Path) -> Path:
     return path if path.is_absolute() else manifest.parent / path
 
 
-def _remove_stale(out_dir: Path, method: str, written: dict[str, set[str]],
-                  groups: set[str]) -> None:
-    """Maps of this method left in ``out_dir`` by an earlier run of other scans or groups."""
-    for folder, stems in written.items():
-        for path in (out_dir / folder).glob(f"*_{method}.nii.gz"):
-            if path.name[: -len(f"_{method}.nii.gz")] not in stems:
-                path.unlink()
-    for path in out_dir.glob(f"group-*_{method}.nii.gz"):
-        if path.name[len("group-"): -len(f"_{method}.nii.gz")] not in groups:
-            path.unlink()
+def _stale(out_dir: Path, stage: Path, method: str) -> list[Path]:
+    """Maps of this method in ``out_dir`` that this run (staged in ``stage``) does not
+    write: an earlier run's of other scans or groups, removed when this run commits."""
+    pattern = f"*_{method}.nii.gz"
+    found = [p for folder in ("maps", "randomised") for p in (out_dir / folder).glob(pattern)
+             if not (stage / folder / p.name).exists()]
+    return found + [p for p in out_dir.glob(f"group-{pattern}")
+                    if not (stage / p.name).exists()]
 
 
 def interpret_run(run_dir: str | Path, split: str = "test", method: str = "gradcam",
@@ -139,7 +137,36 @@ def interpret_run(run_dir: str | Path, split: str = "test", method: str = "gradc
 
     ``sanity_subjects``: how many subjects (first by id) also get a map from the
     re-initialised network, for the randomisation rank correlation (0 skips it).
+
+    Holds the lock of the output folder (:mod:`adni_pu.locking`), refuses a folder that
+    holds another command's outputs (a run folder, an evaluation), and writes every file
+    into a hidden folder inside it first, moved into place only once all are written: an
+    interrupted or failed run leaves the folder as it was, never maps of two runs.
     """
+    from adni_pu.fileio import commit_staged, staged_folder
+    from adni_pu.locking import output_lock
+    from adni_pu.workflows.run_folder import claim_folder
+
+    run_dir = Path(run_dir)
+    out_dir = check_out_dir(out if out is not None else run_dir / f"interpret-{split}-{method}",
+                            "the interpretation maps")
+    claim_folder(out_dir, "interpret")
+    with output_lock(out_dir, "interpret"), staged_folder(out_dir, "interpret") as stage:
+        record = _interpret(run_dir, split, method, stage, manifest, device, settings,
+                            sanity_subjects, n_boot, log)
+        record["files"] = {k: str(out_dir / Path(v).name) for k, v in record["files"].items()}
+        atomic_write_text(stage / "interpret.json", json.dumps(_jsonable(record), indent=2)
+                          + "\n")
+        commit_staged(stage, out_dir, _stale(out_dir, stage, method))
+    record["report"] = update_report(run_dir, split)
+    return record
+
+
+def _interpret(run_dir: Path, split: str, method: str, out_dir: Path,
+               manifest: str | Path | None, device: str, settings: Any, sanity_subjects: int,
+               n_boot: int, log: Any) -> dict[str, Any]:
+    """:func:`interpret_run`'s work, every file written into ``out_dir`` (the stage); the
+    record is returned, and written by the caller."""
     import pandas as pd
     import torch
 
@@ -156,9 +183,6 @@ def interpret_run(run_dir: str | Path, split: str = "test", method: str = "gradc
     if n_boot < 1:
         raise ConfigError(f"--bootstrap {n_boot}: expected at least 1 resample")
     say = log or (lambda _m: None)
-    run_dir = Path(run_dir)
-    out_dir = check_out_dir(out if out is not None else run_dir / f"interpret-{split}-{method}",
-                            "the interpretation maps")
     cfg, model, info = load_run(run_dir, device)
     mpath = manifest_file(manifest if manifest is not None else info["manifest"])
     frame = load_manifest(mpath)
@@ -194,7 +218,6 @@ def interpret_run(run_dir: str | Path, split: str = "test", method: str = "gradc
     cpu_times: list[float] = []
     wall_times: list[float] = []
     used: set[str] = set()
-    sanity_stems: set[str] = set()
     start_all = time.perf_counter()
     for n_subject, subject in enumerate(subjects, 1):
         scans = rows[rows["subject_id"] == subject]
@@ -227,7 +250,6 @@ def interpret_run(run_dir: str | Path, split: str = "test", method: str = "gradc
             if subject in sanity_ids and random_model is not None:
                 other = attribution_map(method, random_model, volume, brain, settings)
                 _save_map(out_dir / "randomised" / f"{stem}_{method}.nii.gz", other, affine)
-                sanity_stems.add(stem)
                 rho = rank_correlation(heat, other, mask)
                 other_total = float(np.abs(other[mask]).sum())
                 other_share = (float(np.abs(other[hipp]).sum() / other_total)
@@ -256,8 +278,6 @@ def interpret_run(run_dir: str | Path, split: str = "test", method: str = "gradc
     for g, vol in group_maps.items():
         _save_map(out_dir / f"group-{g}_{method}.nii.gz", vol, affine)
     _save_map(out_dir / "analysis_mask.nii.gz", mask.astype(np.float32), affine)
-    _remove_stale(out_dir, method, {"maps": used, "randomised": sanity_stems},
-                  set(group_maps))
     atomic_write_text(out_dir / "scans.csv", pd.DataFrame(records).to_csv(index=False))
     tables = _region_tables(mass_maps, labels, mask, out_dir, method)
     _overlay(group_maps, counts, template, affine, mask, out_dir, method, run_dir, split)
@@ -299,8 +319,6 @@ def interpret_run(run_dir: str | Path, split: str = "test", method: str = "gradc
             ("regions_md", "regions.md"), ("scans", "scans.csv"),
             ("record", "interpret.json"))},
     }
-    atomic_write_text(out_dir / "interpret.json", json.dumps(_jsonable(record), indent=2) + "\n")
-    record["report"] = update_report(run_dir, split)
     return record
 
 
@@ -426,14 +444,22 @@ def _fmt(value: Any) -> str:
 
 
 def update_report(run_dir: str | Path, split: str) -> str | None:
-    """Rewrite the interpret section of ``RUN/evaluation/<split>/report.md`` (if the report
-    exists); returns the report's path or None."""
+    """Rewrite the interpret section (after :data:`REPORT_MARKER`, the one part of
+    evaluate's report that interpret writes) of ``RUN/evaluation/<split>/report.md`` (if
+    the report exists); returns the report's path or None."""
+    from adni_pu.errors import OutputLockedError
+    from adni_pu.locking import output_lock
+
     report = Path(run_dir) / "evaluation" / split / "report.md"
     if not report.is_file():
         return None
-    text = report.read_text()
-    cut = text.find(REPORT_MARKER)
-    if cut >= 0:
-        text = text[:cut].rstrip("\n") + "\n"
-    atomic_write_text(report, text + report_section(run_dir, split, report.parent))
+    try:  # the report is evaluate's: rewritten only under its folder's lock
+        with output_lock(report.parent, "interpret"):
+            text = report.read_text()
+            cut = text.find(REPORT_MARKER)
+            if cut >= 0:
+                text = text[:cut].rstrip("\n") + "\n"
+            atomic_write_text(report, text + report_section(run_dir, split, report.parent))
+    except OutputLockedError:
+        return None  # evaluate is writing it now, and links the maps itself when it ends
     return str(report)

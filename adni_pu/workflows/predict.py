@@ -69,31 +69,29 @@ def table_columns(path: Path) -> list[str] | None:
     return next(csv.reader([text]), []) if text else []
 
 
+def is_predictions_table(path: Path) -> bool:
+    """Whether ``path`` starts with the predictions table's header
+    (:data:`PREDICTION_COLUMNS`): a table an earlier predict wrote, which ``--out`` may
+    replace."""
+    columns = table_columns(path)
+    return bool(columns) and tuple(c.strip() for c in columns) == PREDICTION_COLUMNS
+
+
 def check_table_out(out: Path, inputs: list[Path]) -> None:
     """Refuse a table path that is an input scan or an existing file other than an earlier
     predictions table (recognised by its header, :data:`PREDICTION_COLUMNS`) or an empty
-    file: predict replaces the file whole, and a run's ``splits.csv``, a cohort manifest or
-    a preprocessing ``summary.csv`` must never be lost to a mistyped ``--out``."""
+    (0-byte) file (:func:`adni_pu.outputs.claim_file`): predict replaces the file whole, and
+    a run's ``splits.csv``, a cohort manifest, a preprocessing ``summary.csv`` or a note
+    must never be lost to a mistyped ``--out``."""
     from adni_pu.errors import OutputError
     from adni_pu.fileio import same_file_as
+    from adni_pu.outputs import claim_file
 
-    target = out.resolve()
     if same_file_as(out, {str(p): p for p in inputs}) is not None:
         raise OutputError(f"--out {out}: is one of the input scans; expected a new path for "
                           "the predictions table (CSV)")
-    if not target.exists():
-        return
-    expected = "expected a new path or an earlier predictions table"
-    if not target.is_file():
-        raise OutputError(f"--out {out}: exists and is not a file; {expected}")
-    columns = table_columns(target)
-    if columns is None:
-        raise OutputError(f"--out {out}: exists and is not a CSV file; {expected}")
-    if columns and tuple(c.strip() for c in columns) != PREDICTION_COLUMNS:
-        shown = ", ".join(columns[:8]) + (", ..." if len(columns) > 8 else "")
-        raise OutputError(f"--out {out}: exists and is not a predictions table (its columns "
-                          f"are {shown}; a predictions table has {', '.join(PREDICTION_COLUMNS)})"
-                          f"; {expected}, nothing was changed")
+    claim_file(out, "predict", is_predictions_table,
+               f"predictions table (CSV with the columns {', '.join(PREDICTION_COLUMNS)})")
 
 
 def _preprocess_raw(paths: list[Path], work: Path, prep_cfg: Any) -> dict[Path, dict]:
@@ -137,8 +135,27 @@ def predict_scans(run_dir: str | Path, scans: list[str | Path], out: str | Path 
     fails preprocessing or the input check fails its own row (``status`` failed or the
     preprocessing status, the reason in ``error``, no probability) and the others are still
     scored; when no scan is usable at all the whole call is refused. Returns a DataFrame (one
-    row per input: :data:`PREDICTION_COLUMNS`) and writes it to ``out`` when given.
+    row per input: :data:`PREDICTION_COLUMNS`) and writes it to ``out`` when given, holding
+    the lock of its folder (:mod:`adni_pu.locking`).
     """
+    from adni_pu.locking import output_lock
+
+    run_dir = Path(run_dir)
+    paths = [Path(s) for s in scans]
+    if not paths:
+        raise VolumeRunError("no scan given")
+    if out is None:
+        return _predict(run_dir, paths, None, work_dir, device)
+    out = Path(out)
+    check_table_out(out, paths)
+    with output_lock(out.parent, "predict"):
+        check_table_out(out, paths)  # again, now that no other predict can write it
+        return _predict(run_dir, paths, out, work_dir, device)
+
+
+def _predict(run_dir: Path, paths: list[Path], out: Path | None, work_dir: str | Path | None,
+             device: str) -> Any:
+    """:func:`predict_scans` once ``out`` is checked (and its folder locked)."""
     import pandas as pd
 
     from adni_pu.data.grid_check import spatial_problem
@@ -146,12 +163,6 @@ def predict_scans(run_dir: str | Path, scans: list[str | Path], out: str | Path 
     from adni_pu.data.volumes import build_volume_dataset
     from adni_pu.errors import AdniPuError
 
-    run_dir = Path(run_dir)
-    paths = [Path(s) for s in scans]
-    if not paths:
-        raise VolumeRunError("no scan given")
-    if out is not None:
-        check_table_out(Path(out), paths)
     cfg, model, _ = load_run(run_dir, device)
     rows: list[dict[str, Any]] = []
     raw: list[int] = []

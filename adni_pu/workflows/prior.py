@@ -292,12 +292,15 @@ def estimate_manifest_prior(manifest: str | Path, config: VolumeTrainConfig, out
     does, then :func:`estimate_volume_prior` into the folder ``out`` (rerun: the classifier
     resumes from its checkpoint when it was trained on the same inputs). Returns the
     record, which :func:`~adni_pu.workflows.class_prior.collapse_reason` may call not
-    estimable."""
+    estimable. Holds the lock of ``out`` and refuses a folder that holds another command's
+    outputs (a run folder, an evaluation)."""
+    from adni_pu.workflows.run_folder import claim_folder
     from adni_pu.workflows.volume_data import checked_manifest
     from adni_pu.workflows.volume_settings import with_derived_values
 
     config = with_derived_values(config)
     out = check_out_dir(out, "the output folder")
+    claim_folder(out, "prior")
     mpath, frame, scans = checked_manifest(manifest, config)
     out.mkdir(parents=True, exist_ok=True)
     return estimate_volume_prior(frame, mpath.parent, config, out,

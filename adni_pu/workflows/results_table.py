@@ -62,6 +62,12 @@ def load_results(folder: Path, label_from_name: bool = False,
     results folder, e.g. the baselines a later row is compared with)."""
     files = []
     for where in (folder, *also):
+        if not where.exists():
+            raise ResultsError(f"{where}: folder not found (expected a folder of results "
+                               "files written by `adni-pu benchmark ... --results-json FILE`)")
+        if not where.is_dir():
+            raise ResultsError(f"{where}: is a file, not a folder; expected a folder of "
+                               "results files (`adni-pu benchmark ... --results-json FILE`)")
         found = sorted(where.glob("*.json"))
         if not found:
             raise ResultsError(f"{where}: no *.json results files (expected the files written "
@@ -341,8 +347,39 @@ def build(folder: Path, pairs: list[tuple[str, str]], ablation: bool = False,
 
 
 def table_stem(folder: Path, out: Path | None = None) -> Path:
-    """Where the table of ``folder`` goes: ``out`` (a stem), else ``FOLDER-table`` beside it."""
-    return out if out is not None else folder.parent / f"{folder.name}-table"
+    """Where the table of ``folder`` goes: ``out`` (a stem; a trailing ``.md`` or ``.json``
+    is dropped, so ``--out tab.md`` writes tab.md), else ``FOLDER-table`` beside it."""
+    if out is None:
+        return folder.parent / f"{folder.name}-table"
+    return out.with_suffix("") if out.suffix in (".md", ".json") else out
+
+
+def is_table_record(path: Path) -> bool:
+    """Whether ``path`` is a ``STEM.json`` that ``adni-pu benchmark table`` wrote."""
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return (isinstance(record, dict) and "rows" in record and "paired" in record
+            and str(record.get("command", "")).startswith("adni-pu benchmark table"))
+
+
+def claim_table(stem: Path, folders: tuple[Path, ...]) -> None:
+    """Refuse a table stem whose files would be read as results by the next table (inside
+    FOLDER or a ``--with`` folder), or would replace files this command did not write: a
+    ``STEM.json`` that is no table record, or a ``STEM.md`` without one
+    (:func:`adni_pu.outputs.claim_file`)."""
+    from adni_pu.outputs import claim_file
+
+    for where in folders:
+        if stem.parent.resolve() == where.resolve():
+            raise ResultsError(f"--out {stem}: inside the results folder {where}; its "
+                               f"{stem.name}.json would be read as a results file by the next "
+                               "table; expected a stem outside the results folders")
+    record = stem.with_name(stem.name + ".json")
+    claim_file(record, "benchmark table", is_table_record, "table record (STEM.json)")
+    claim_file(stem.with_name(stem.name + ".md"), "benchmark table",
+               lambda _md: is_table_record(record), "table (STEM.md beside its STEM.json)")
 
 
 def write_table(folder: Path, out: Path | None = None, pairs: list[tuple[str, str]] = (),
@@ -350,16 +387,22 @@ def write_table(folder: Path, out: Path | None = None, pairs: list[tuple[str, st
                 label_from_name: bool = False, final_rule: tuple[str, ...] = (),
                 protocol: bool = False, also: tuple[Path, ...] = ()) -> tuple[str, Path]:
     """:func:`build` the table of ``folder`` and write ``STEM.md`` and ``STEM.json`` (with
-    provenance; :func:`table_stem`); returns the Markdown and the stem. Nothing is written
-    when the files cannot be put into one table (:class:`ResultsError`)."""
+    provenance; :func:`table_stem`), holding the lock of STEM's folder; returns the
+    Markdown and the stem. Nothing is written when the files cannot be put into one table
+    (:class:`ResultsError`) or STEM names files this command did not write
+    (:func:`claim_table`)."""
     from adni_pu.fileio import atomic_write_text
+    from adni_pu.locking import output_lock
     from adni_pu.provenance import provenance
 
     text, record = build(folder, list(pairs), ablation, allow_mixed, command, label_from_name,
                          tuple(final_rule), protocol, tuple(also))
     stem = table_stem(folder, out)
+    claim_table(stem, (folder, *also))
     record["provenance"] = provenance()
-    atomic_write_text(stem.with_name(stem.name + ".md"), text)
-    atomic_write_text(stem.with_name(stem.name + ".json"),
-                      json.dumps(record, indent=2, default=str) + "\n")
+    with output_lock(stem.parent, "benchmark table"):
+        claim_table(stem, (folder, *also))  # again, now that no other table can write it
+        atomic_write_text(stem.with_name(stem.name + ".md"), text)
+        atomic_write_text(stem.with_name(stem.name + ".json"),
+                          json.dumps(record, indent=2, default=str) + "\n")
     return text, stem

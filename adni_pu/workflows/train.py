@@ -10,7 +10,6 @@ of ClinicaDL's (its layout: :mod:`adni_pu.workflows.run_folder`). The settings a
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,15 +19,17 @@ import numpy as np
 from adni_pu import config as cfgmod
 from adni_pu.cohort.ids import scans_by_subject
 from adni_pu.errors import ResumeError, VolumeRunError
-from adni_pu.fileio import atomic_write_text, check_out_dir, sha256_file
+from adni_pu.fileio import check_out_dir, sha256_file
 from adni_pu.locking import holding_output_lock
 from adni_pu.pu.metrics import sigmoid
 from adni_pu.workflows.prior import volume_prior
 from adni_pu.workflows.run_folder import (
-    VOLUME_CONFIG_NAME,
+    RUN_JSON,
     finished_work,
     read_run_json,
     remove_unfinished_run,
+    write_run_start,
+    write_val_predictions,
 )
 from adni_pu.workflows.volume_data import (
     build_pu_data,
@@ -73,7 +74,7 @@ def train_volumes(manifest: str | Path, config: VolumeTrainConfig, out: str | Pa
     out = check_out_dir(out, "the run folder")
     mpath, frame, scans = checked_manifest(manifest, config)
     sha = sha256_file(mpath)
-    previous = out / "run.json"
+    previous = out / RUN_JSON
     if previous.is_file():
         old = read_run_json(previous)
         done = finished_work(out)
@@ -91,7 +92,7 @@ def train_volumes(manifest: str | Path, config: VolumeTrainConfig, out: str | Pa
         run = distributed.init_from_env("nccl" if cuda else "gloo")
     is_main = run is None or run.rank == 0
     try:
-        return _train(frame, mpath, sha, scans, config, out, run, log, previous)
+        return _train(frame, mpath, sha, scans, config, out, run, log)
     except BaseException:
         if is_main:
             remove_unfinished_run(out)
@@ -99,12 +100,11 @@ def train_volumes(manifest: str | Path, config: VolumeTrainConfig, out: str | Pa
 
 
 def _train(frame: Any, mpath: Path, sha: str, scans: Any, config: VolumeTrainConfig,
-           out: Path, run: Any, log: Any, previous: Path) -> Any:
+           out: Path, run: Any, log: Any) -> Any:
     """:func:`train_volumes` once its inputs are checked: write the run folder and fit."""
     import pandas as pd
 
-    from adni_pu.cohort.leakage import RECORD_COLUMNS, RUN_RECORD
-    from adni_pu.data.volume_boxes import save_hippocampus_boxes
+    from adni_pu.cohort.leakage import RECORD_COLUMNS
     from adni_pu.data.volumes import collate_volumes
     from adni_pu.pu.trainer import Trainer
 
@@ -121,18 +121,11 @@ def _train(frame: Any, mpath: Path, sha: str, scans: Any, config: VolumeTrainCon
                       distributed=run)
     trainer.check_resume()  # refuse other training settings before rewriting any file
     if is_main:
-        out.mkdir(parents=True, exist_ok=True)
-        cfgmod.save(config, out / VOLUME_CONFIG_NAME)
-        save_hippocampus_boxes(config.data, out / "hippocampus_boxes.json")
         per = scans_by_subject(frame).groupby("subject_id").agg(
             split=("split", "first"), n_scans=("scan_path", "size"),
             pu_label=("pu_label", "max"), truth_known=("truth", lambda t: bool(t.notna().any())))
-        atomic_write_text(out / "splits.csv", per.reset_index().to_csv(index=False))
         seen = scans[scans["split"].isin(["train", "val"])]  # for evaluate's leakage guard
-        atomic_write_text(out / RUN_RECORD, seen[list(RECORD_COLUMNS)].to_csv(index=False))
         prep = find_preprocess_config(scan_paths(frame, mpath.parent))
-        if prep is not None:
-            atomic_write_text(out / "preprocess_config.toml", prep.read_text())
         info = {"manifest": str(mpath), "manifest_sha256": sha, "preset": config.preset,
                 "prior": prior.record, "prior_estimate": prior.estimate,
                 "settings": _fingerprint(config),
@@ -141,19 +134,19 @@ def _train(frame: Any, mpath: Path, sha: str, scans: Any, config: VolumeTrainCon
                                               .nunique()),
                                "scans": int((frame["split"] == s).sum())}
                            for s in sorted(set(frame["split"]))}}
-        atomic_write_text(previous, json.dumps(info, indent=2) + "\n")
+        write_run_start(out, config, per.reset_index(), seen[list(RECORD_COLUMNS)], prep,
+                        info)
     fit = trainer.fit()
     if is_main:
         model = trainer.best_model()
         logits = trainer.predict_logits(model, data.val)  # type: ignore[arg-type]
         rows = frame[frame["split"] == "val"].reset_index(drop=True)
-        preds = pd.DataFrame({
+        write_val_predictions(out, pd.DataFrame({
             "subject_id": rows["subject_id"], "session_id": rows["session_id"],
             "scan_path": rows["scan_path"], "pu_label": rows["pu_label"],
             "truth": rows["truth"], "logit": logits,
             "probability": sigmoid(np.asarray(logits, dtype=np.float64)),
-        })
-        atomic_write_text(out / "val_predictions.csv", preds.to_csv(index=False))
+        }))
     if run is not None:
         run.barrier()
     return fit

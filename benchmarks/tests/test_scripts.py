@@ -97,4 +97,4 @@ def test_the_recorded_mnist_table_path_still_makes_the_table(tmp_path: Path) -> 
     assert "| naive | 2 |" in (tmp_path / "runs-table.md").read_text()
     missing = subprocess.run([sys.executable, script, str(tmp_path / "none")],
                              capture_output=True, text=True, env=_env())
-    assert missing.returncode == 2 and "no *.json results files" in missing.stderr
+    assert missing.returncode == 2 and "none: folder not found" in missing.stderr
