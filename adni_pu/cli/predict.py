@@ -24,16 +24,22 @@ def predict(
         help="where raw scans are preprocessed")] = None,
     device: Device = "auto",
 ) -> None:
-    """Per-scan probability of amyloid positivity from the run's selected model.
+    """Per-scan probability of the run's positive class (the class its cohort defines,
+    e.g. for the ``paper`` preset "a positive clinical diagnosis or amyloid SUVR >= 1.08",
+    not amyloid status alone) from the run's selected model.
 
     A scan that cannot be scored (missing, unreadable, failed preprocessing, or refused by
     the model-grid input check: not one 3D grid volume, NaN/inf voxels, constant) gets one
     line with its reason and no probability; the others are still scored, and the exit
     status is 1.
     """
-    from adni_pu.workflows.predict import predict_scans
+    from adni_pu.workflows.predict import positive_class, predict_scans
 
     table = predict_scans(run, scans, out, work_dir, device)
+    what = positive_class(run)
+    typer.echo("positive class: " + (f"{what} (the run's cohort)" if what else
+                                     "as the run's manifest labels it (no cohort settings "
+                                     "beside the manifest say more)"))
     failed = table["prediction"] == ""
     for row, bad in zip(table.itertuples(), failed):
         if bad:

@@ -370,3 +370,22 @@ def load_cohort_config(
         return cfgmod.load(CohortConfig, path, overrides, defaults=defaults, values=values)
     return cfgmod.load(CohortConfig, path, cfgmod.without_preset(overrides), defaults,
                         values={**(values or {}), "preset": preset})
+
+
+def positive_class_text(labels: LabelSettings) -> str:
+    """The positive class these settings define (the truth's rule), in words a reader of a
+    prediction needs: e.g. "a positive clinical diagnosis (AD, Dementia) or amyloid SUVR >=
+    1.08 (AV45, FBB, PIB)". A model trained on the cohort estimates this class, not amyloid
+    status alone (unless the settings say so)."""
+    if labels.scale == "centiloid":
+        amyloid = f"amyloid >= {labels.centiloid_truth_cutoff:g} Centiloids"
+    else:
+        by_cut: dict[float, list[str]] = {}
+        for tracer, cut in sorted(labels.truth_cutoffs.items()):
+            by_cut.setdefault(float(cut), []).append(tracer)
+        amyloid = " or ".join(f"amyloid SUVR >= {cut:g} ({', '.join(tracers)})"
+                              for cut, tracers in sorted(by_cut.items()))
+    diagnosis = f"a positive clinical diagnosis ({', '.join(labels.positive_diagnoses)})"
+    if labels.diagnosis_only or not amyloid:
+        return diagnosis
+    return f"{diagnosis} or {amyloid}" if labels.truth_from_diagnosis else amyloid

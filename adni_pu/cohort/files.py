@@ -205,3 +205,20 @@ def report_from_path(path: str | Path, out_dir: str | Path | None = None) -> dic
         except json.JSONDecodeError:
             summary = None
     return render_report(manifest, out_dir or folder, quality, config, excluded, summary)
+
+
+def positive_class_of(manifest: str | Path) -> str | None:
+    """The positive class of the cohort a manifest belongs to, in words
+    (:func:`~adni_pu.cohort.config.positive_class_text`), from the ``cohort_config.toml``
+    that ``adni-pu cohort build`` wrote beside it; None for a manifest made otherwise."""
+    from adni_pu.cohort.config import positive_class_text
+    from adni_pu.errors import AdniPuError
+
+    path = Path(manifest)
+    settings = (path if path.is_dir() else path.parent) / "cohort_config.toml"
+    if not settings.is_file():
+        return None
+    try:
+        return positive_class_text(load_cohort_config(settings).labels)
+    except (AdniPuError, OSError, ValueError):
+        return None

@@ -24,7 +24,7 @@ from adni_pu.cohort.amyloid import (
     on_scale,
 )
 from adni_pu.cohort.amyloid_rules import MeasureRule
-from adni_pu.cohort.config import CohortConfig
+from adni_pu.cohort.config import CohortConfig, positive_class_text
 from adni_pu.cohort.ids import is_rid, usable_id
 from adni_pu.cohort.labels import label_subjects
 from adni_pu.cohort.leakage import check_manifest_leakage
@@ -301,6 +301,7 @@ def build_cohort(
         "columns": {"clinical": used_clin, "scans": used_scan},
         "n_scans": int(len(manifest)), "n_subjects": int(manifest["subject_id"].nunique()),
         "n_excluded_scans": int(len(excluded_frame)),
+        "positive_class": positive_class_text(cfg.labels),
     }
     if rated is not None:
         summary["inputs"]["qc_ratings"] = _describe_input(qc_ratings)

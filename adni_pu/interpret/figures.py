@@ -33,7 +33,7 @@ def overlay_png(template: np.ndarray, rows: list[tuple[str, np.ndarray]], mask: 
     Each row is scaled to its own 99.5th percentile of ``|map|`` inside ``mask`` (the maps'
     units differ between methods; the region table gives shares); values under a fifth of
     that are left transparent. ``signed`` maps use a diverging colour map (red: towards
-    amyloid-positive; others red to yellow, not white, so the map stands out from the T1).
+    the positive class; others red to yellow, not white, so the map stands out from the T1).
     """
     import matplotlib
 

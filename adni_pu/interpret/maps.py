@@ -26,7 +26,7 @@ Every method explains the positive (amyloid) logit of a :class:`GridModel`:
 - ``occlusion``: MONAI ``OcclusionSensitivity``: each ``patch``^3 block of the crop (the part
   of the grid the model sees) is set to the subject's mean brain intensity (z-score about 0
   in the model's input) with no overlap; the map is ``logit - logit with the block occluded``
-  (positive: the block pushed the call towards amyloid-positive). Signed.
+  (positive: the block pushed the call towards the positive class). Signed.
 - ``gradients``: MONAI ``SmoothGrad`` (magnitude): the root mean square, over ``samples``
   noisy copies, of the gradient of the logit with respect to the grid volume; it passes
   through the resize and both box crops, so all three branches are in the one map.

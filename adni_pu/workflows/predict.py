@@ -1,4 +1,4 @@
-"""``adni-pu predict``: per-scan probabilities of amyloid positivity for new scans.
+"""``adni-pu predict``: per-scan probabilities of the run's positive class for new scans.
 
 Scans already on the model grid are used as they are; raw T1 scans are first preprocessed
 with the settings recorded by the preprocessing run that made the training volumes.
@@ -123,7 +123,8 @@ def _preprocess_raw(paths: list[Path], work: Path, prep_cfg: Any) -> dict[Path, 
 
 def predict_scans(run_dir: str | Path, scans: list[str | Path], out: str | Path | None = None,
                   work_dir: str | Path | None = None, device: str = "auto") -> Any:
-    """Per-scan probabilities of amyloid positivity from the run's selected model.
+    """Per-scan probabilities of the run's positive class (the one its cohort defines:
+    :func:`positive_class`) from the run's selected model.
 
     Files already on the model grid are used as they are. Other (raw) scans are first
     preprocessed, each into its own folder under ``work_dir`` (default
@@ -224,8 +225,24 @@ def _predict(run_dir: Path, paths: list[Path], out: Path | None, work_dir: str |
             continue
         prob = float(sigmoid(np.asarray(lg, dtype=np.float64)))
         rows[i].update(probability=prob, logit=lg,
-                       prediction="amyloid-positive" if prob > 0.5 else "amyloid-negative")
+                       prediction="positive" if prob > 0.5 else "negative")
     table = pd.DataFrame(rows, columns=list(PREDICTION_COLUMNS))
     if out is not None:
         atomic_write_text(out, table.to_csv(index=False))
     return table
+
+
+def positive_class(run_dir: str | Path) -> str | None:
+    """What the run's model calls positive, in words: the positive class of the cohort it
+    was trained on (recorded in ``run.json``; for a run made before that record, read from
+    the ``cohort_config.toml`` beside its manifest), or None when no cohort settings say
+    (a manifest not made by ``adni-pu cohort build``)."""
+    from adni_pu.cohort.files import positive_class_of
+    from adni_pu.workflows.run_folder import RUN_JSON, read_run_json
+
+    path = Path(run_dir) / RUN_JSON
+    info = read_run_json(path) if path.is_file() else {}
+    if info.get("positive_class"):
+        return str(info["positive_class"])
+    return positive_class_of(info["manifest"]) if info.get("manifest") else None
+

@@ -104,6 +104,7 @@ def _train(frame: Any, mpath: Path, sha: str, scans: Any, config: VolumeTrainCon
     """:func:`train_volumes` once its inputs are checked: write the run folder and fit."""
     import pandas as pd
 
+    from adni_pu.cohort.files import positive_class_of
     from adni_pu.cohort.leakage import RECORD_COLUMNS
     from adni_pu.data.volumes import collate_volumes
     from adni_pu.pu.trainer import Trainer
@@ -127,6 +128,7 @@ def _train(frame: Any, mpath: Path, sha: str, scans: Any, config: VolumeTrainCon
         seen = scans[scans["split"].isin(["train", "val"])]  # for evaluate's leakage guard
         prep = find_preprocess_config(scan_paths(frame, mpath.parent))
         info = {"manifest": str(mpath), "manifest_sha256": sha, "preset": config.preset,
+                "positive_class": positive_class_of(mpath),
                 "prior": prior.record, "prior_estimate": prior.estimate,
                 "settings": _fingerprint(config),
                 "preprocess_config": str(prep) if prep is not None else None,
