@@ -4,7 +4,6 @@ scores, resume, the fold ensemble (tiny cohorts)."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -141,3 +140,89 @@ def test_calibration_error_by_hand():
     # bins: 0 holds 0.05 twice (positive fraction 1/2), 9 holds 0.95 twice (fraction 1)
     assert cal["n"] == 4
     assert cal["ece"] == pytest.approx(0.5 * 0.45 + 0.5 * 0.05)
+
+
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory):
+    """A 2-fold x 1-seed comparison of naive and nnPU at 1 epoch on the tiny cohort."""
+    from volume_helpers import make_volume_cohort, tiny_overrides
+
+    root = tmp_path_factory.mktemp("compare")
+    manifest = make_volume_cohort(root / "cohort")
+    sets = [a for o in tiny_overrides(1, root / "cache") for a in ("--set", o)]
+    args = ["benchmark", "cohort", str(manifest), str(root / "out"), "--methods",
+            "naive,nnpu", "--folds", "2", "--seeds", "1", "--bootstrap", "50", *sets]
+    result = RUNNER.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    return root, manifest, args, result.output
+
+
+def test_comparison_end_to_end(compared):
+    root, manifest, args, output = compared
+    out = root / "out"
+    assert "pieces: 4 trained" in output
+    report = json.loads((out / "report.json").read_text())
+    assert set(report["methods"]) == {"naive", "nnpu"}
+    assert [p["pair"] for p in report["paired"]] == ["nnpu - naive"]
+    assert {(p["method"], p["fold"]) for p in report["priors"]} == {
+        (m, k) for m in ("naive", "nnpu") for k in (0, 1)}
+    text = (out / "report.md").read_text()
+    for part in ("Pooled held-out metrics", "Paired differences", "all-negative",
+                 "logistic regression on 2 volumes", "Class prior per fold", "ECE"):
+        assert part in text
+    assert (out / "roc.png").stat().st_size and (out / "calibration.png").stat().st_size
+    # every held-out subject once, scored by the fold that held it out
+    for k in (0, 1):
+        fold = pd.read_csv(out / "folds" / f"fold-{k}" / "manifest.csv", dtype=str)
+        piece = json.loads((out / "pieces/naive" / f"fold-{k}/seed-0/piece.json").read_text())
+        held = {p["subject_id"] for p in piece["held_out"]}
+        assert held == set(fold.loc[fold["split"] == "test", "subject_id"])
+    # the records are the table tool's
+    table = RUNNER.invoke(app, ["benchmark", "table", str(out / "records")])
+    assert table.exit_code == 0, table.output
+    assert "nnpu - naive" in table.output
+    # rerunning skips every finished piece; other settings into the folder are refused
+    again = RUNNER.invoke(app, args)
+    assert again.exit_code == 0 and "0 trained, 4 finished before" in again.output
+    other = RUNNER.invoke(app, [*args, "--fold-seed", "3"])
+    assert other.exit_code == 2 and "other settings" in other.output
+
+
+def test_cut_short_piece_resumes_to_the_same_result(compared):
+    root, _, args, _ = compared
+    where = root / "out/pieces/nnpu/fold-1/seed-0"
+    before = json.loads((where / "piece.json").read_text())
+    (where / "piece.json").unlink()  # cut short after its checkpoint, before its results
+    result = RUNNER.invoke(app, [*args, "--piece", "4/4"])
+    assert result.exit_code == 0, result.output
+    assert "1 trained" in result.output
+    after = json.loads((where / "piece.json").read_text())
+    assert after["held_out"] == before["held_out"]
+    assert after["selected_epoch"] == before["selected_epoch"]
+
+
+def test_fold_models_predict_together(compared, tmp_path):
+    from adni_pu.workflows.compare.ensemble import ensemble_predict
+    from adni_pu.workflows.predict import predict_scans
+
+    root, manifest, _, _ = compared
+    out = root / "out"
+    scans = [manifest.parent / "vol/sub-14_ses-bl_desc-preproc_T1w.nii",
+             manifest.parent / "vol/sub-3_ses-bl_desc-preproc_T1w.nii"]
+    table = ensemble_predict(out, scans, "nnpu", device="cpu")
+    single = [predict_scans(out / f"pieces/nnpu/fold-{k}/seed-0", scans, device="cpu")
+              for k in (0, 1)]
+    probs = np.stack([t["probability"].to_numpy() for t in single])
+    np.testing.assert_allclose(table["probability"], probs.mean(axis=0))
+    np.testing.assert_allclose(table["spread_std"], probs.std(axis=0, ddof=1))
+    assert (table["n_models"] == 2).all()
+    result = RUNNER.invoke(app, ["predict", str(out), *map(str, scans), "--method", "nnpu",
+                                 "--device", "cpu"])
+    assert result.exit_code == 0 and "over 2 fold models" in result.output
+    # evaluate on a comparison folder: the piece's run folder
+    ev = RUNNER.invoke(app, ["evaluate", str(out), "--method", "naive", "--fold", "0",
+                             "--bootstrap", "0", "--device", "cpu"])
+    assert ev.exit_code == 0, ev.output
+    assert (out / "pieces/naive/fold-0/seed-0/evaluation/test/metrics.json").is_file()
+    bad = RUNNER.invoke(app, ["evaluate", str(out), "--method", "naive", "--fold", "5"])
+    assert bad.exit_code == 2 and "--fold 5: expected 0 to 1" in bad.output
