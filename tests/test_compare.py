@@ -82,11 +82,16 @@ def test_too_few_positives_names_the_largest_k():
     ("", ["--seeds", "0"], "--seeds 0: expected at least 1"),
     ("", ["--piece", "99"], "--piece '99'"),
     ("", ["--piece", "3/2"], "shard '3/2'"),
+    ("notruth", [], "fold 0: no training subject has a known truth"),
+    ("", ["--prior", "estimate"], "estimating the class prior needs at least 10"),
+    ("", ["--keep-test"], "--keep-test expected rows with split 'test'"),
 ])
 def test_bad_input_is_one_line_before_any_work(tmp_path, change, args, expected):
     frame = _manifest()
     if change == "nolabels":
         frame["pu_label"] = 0
+    if change == "notruth":
+        frame["truth"] = np.nan
     path = tmp_path / "manifest.csv"
     frame.to_csv(path, index=False)
     out = tmp_path / "out"

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from adni_pu import fileio
-from adni_pu.errors import ConfigError, ManifestError, ResumeError
+from adni_pu.errors import AdniPuError, ConfigError, ManifestError, ResumeError
 
 METHODS = ("naive", "upu", "nnpu", "selfpu", "vpu")
 PIECE_FILE = "piece.json"
@@ -160,11 +160,38 @@ def prepare(spec: CompareSpec, wanted: list[str] | None = None) -> list[Piece]:
               "settings": spec.recorded()}
     check_settings(out, record)
     frames, test_frame = fold_frames(frame, spec.folds, spec.fold_seed, test)
+    check_priors(spec, frames, str(mpath))
     for k, part in enumerate(frames):
         _write_once(fold_manifest(out, k), part.to_csv(index=False))
     if test_frame is not None:
         _write_once(out / "folds" / TEST_MANIFEST, test_frame.to_csv(index=False))
     return pieces
+
+
+def check_priors(spec: CompareSpec, frames: list[Any], where: str) -> None:
+    """Refuse, before any work, a class prior some fold cannot resolve for a method that
+    reads it (as ``train`` would refuse it in that fold's piece): ``cohort`` needs a
+    training subject with known truth, ``estimate`` enough validation scans
+    (:func:`~adni_pu.workflows.class_prior.check_estimable_counts`)."""
+    from adni_pu.workflows.class_prior import check_estimable_counts, reads_no_prior
+
+    readers = [m for m in spec.methods
+               if not reads_no_prior(m, piece_config(spec, Piece(m, 0, 0)).train.val_criterion)]
+    if not readers or not isinstance(spec.prior, str):
+        return
+    for k, frame in enumerate(frames):
+        split = frame["split"].astype(str)
+        if spec.prior == "cohort" and not frame.loc[split == "train", "truth"].notna().any():
+            raise ConfigError(f"{where}: fold {k}: no training subject has a known truth, so "
+                              f"the class prior of {', '.join(readers)} cannot come from the "
+                              "cohort; give --prior a number or 'estimate'")
+        if spec.prior == "estimate":
+            val = frame[split == "val"]
+            try:
+                check_estimable_counts(int((val["pu_label"] == 1).sum()),
+                                       int((val["pu_label"] == 0).sum()))
+            except AdniPuError as exc:
+                raise ConfigError(f"{where}: fold {k}: {exc}") from None
 
 
 def check_settings(out: Path, record: dict[str, Any]) -> None:
