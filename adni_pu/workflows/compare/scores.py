@@ -52,19 +52,32 @@ def method_scores(frame: Any, n_boot: int, seed: int = 0) -> dict[str, Any]:
         return out
     per_seed = [binary_metrics(lg, t, pu) for lg, t, pu in groups]
     out["n_hidden"] = int(per_seed[0]["n_hidden"])
-    for metric in METRICS:
-        def stat(picks: list[tuple[int, np.ndarray]], metric: str = metric) -> float:
-            values = [binary_metrics(*(a[idx] for a in groups[g]))[metric] for g, idx in picks]
-            values = [v for v in values if not np.isnan(v)]
-            return float(np.mean(values)) if values else float("nan")
+    drawn: list[list[dict[str, float]]] = []
 
-        boot = paired_bootstrap([len(g[1]) for g in groups], stat, n_boot, seed)
-        out["metrics"][metric] = {"value": boot["value"], "ci_low": boot["ci_low"],
-                                  "ci_high": boot["ci_high"],
-                                  "over_seeds": summarise([s[metric] for s in per_seed])}
+    def record(picks: list[tuple[int, np.ndarray]]) -> float:
+        """Every metric of one draw at once (the draws do not depend on the metric)."""
+        drawn.append([binary_metrics(*(a[idx] for a in groups[g])) for g, idx in picks])
+        return 0.0
+
+    paired_bootstrap([len(g[1]) for g in groups], record, n_boot, seed)
+    resamples = drawn[:n_boot]  # the last call is paired_bootstrap's own point value
+    for metric in METRICS:
+        values = np.asarray([_mean([d[metric] for d in draw]) for draw in resamples], float)
+        values = values[~np.isnan(values)]
+        out["metrics"][metric] = {
+            "value": _mean([s[metric] for s in per_seed]),
+            "ci_low": float(np.percentile(values, 2.5)) if values.size else float("nan"),
+            "ci_high": float(np.percentile(values, 97.5)) if values.size else float("nan"),
+            "over_seeds": summarise([s[metric] for s in per_seed])}
     for name in ("all_negative_accuracy", "all_positive_accuracy"):
         out[name] = per_seed[0][name]
     return out
+
+
+def _mean(values: list[float]) -> float:
+    """Mean of the values that are defined (nan when none is: one class only)."""
+    kept = [v for v in values if not np.isnan(v)]
+    return float(np.mean(kept)) if kept else float("nan")
 
 
 def paired_scores(frames: dict[str, Any], pairs: list[tuple[str, str]], n_boot: int
