@@ -231,3 +231,26 @@ def test_fold_models_predict_together(compared, tmp_path):
     assert (out / "pieces/naive/fold-0/seed-0/evaluation/test/metrics.json").is_file()
     bad = RUNNER.invoke(app, ["evaluate", str(out), "--method", "naive", "--fold", "5"])
     assert bad.exit_code == 2 and "--fold 5: expected 0 to 1" in bad.output
+
+
+def test_fixed_test_set_is_scored_apart(tmp_path):
+    from volume_helpers import make_volume_cohort, tiny_overrides
+
+    manifest = make_volume_cohort(tmp_path / "cohort")
+    sets = [a for o in tiny_overrides(1, tmp_path / "cache") for a in ("--set", o)]
+    out = tmp_path / "out"
+    result = RUNNER.invoke(app, ["benchmark", "cohort", str(manifest), str(out), "--methods",
+                                 "naive", "--folds", "2", "--test-size", "3",
+                                 "--bootstrap", "20", *sets])
+    assert result.exit_code == 0, result.output
+    test = set(pd.read_csv(out / "folds/independent_test.csv", dtype=str)["subject_id"])
+    assert len(test) == 3
+    for k in (0, 1):
+        run = out / f"pieces/naive/fold-{k}/seed-0"
+        seen = pd.read_csv(run / "splits.csv", dtype=str)
+        assert not set(seen["subject_id"]) & test  # never trained, validated or held out
+        piece = json.loads((run / "piece.json").read_text())
+        assert {p["subject_id"] for p in piece["independent_test"]} == test
+    report = json.loads((out / "report.json").read_text())
+    assert report["independent_test"]["naive"]["fold_models"] == 2
+    assert "Fixed test set" in (out / "report.md").read_text()

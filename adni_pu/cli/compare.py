@@ -91,15 +91,15 @@ def cohort(
     command = "adni-pu benchmark cohort " + " ".join(
         [str(manifest), str(out), f"--methods {methods}", f"--folds {folds}",
          f"--seeds {seeds}"] + [f"--set {s}" for s in set_ or []])
-    from adni_pu.errors import ConfigError
+    if piece and not report_only:
+        from adni_pu.workflows.compare.report import collect
 
-    try:
-        path = write_report(out, pairs, bootstrap, command)
-    except ConfigError as exc:
-        if not piece or report_only:
-            raise
-        typer.echo(f"no report yet: {exc}")  # other pieces are another process's
-        return
+        left = collect(spec)[2]
+        if left:  # the other pieces are other processes'; the last one writes the report
+            typer.echo(f"{len(left)} pieces of the comparison left (e.g. {left[0]}); once "
+                       f"they are done: adni-pu benchmark cohort-report {out}")
+            return
+    path = write_report(out, pairs, bootstrap, command)
     typer.echo(f"report: {path}")
 
 
