@@ -254,3 +254,35 @@ def test_fixed_test_set_is_scored_apart(tmp_path):
     report = json.loads((out / "report.json").read_text())
     assert report["independent_test"]["naive"]["fold_models"] == 2
     assert "Fixed test set" in (out / "report.md").read_text()
+
+
+def test_a_piece_held_by_another_process_is_left_to_it(compared):
+    import threading
+
+    from adni_pu.locking import output_lock
+
+    root, _, args, _ = compared
+    where = root / "out/pieces/naive/fold-0/seed-0"
+    (where / "piece.json").unlink()
+    held, release = threading.Event(), threading.Event()
+
+    def other() -> None:  # another process's lock on that piece (a thread: its own lock)
+        with output_lock(where, "benchmark cohort"):
+            held.set()
+            release.wait(60)
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    held.wait(10)
+    try:
+        result = RUNNER.invoke(app, args)
+    finally:
+        release.set()
+        thread.join()
+    assert result.exit_code == 0, result.output
+    assert "0 trained" in result.output and "1 held by another process" in result.output
+    report = json.loads((root / "out/report.json").read_text())
+    assert report["unfinished_pieces"] == ["naive/fold-0/seed-0"]
+    again = RUNNER.invoke(app, args)
+    assert "1 trained" in again.output
+    assert not json.loads((root / "out/report.json").read_text())["unfinished_pieces"]
