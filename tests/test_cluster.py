@@ -283,3 +283,17 @@ def test_slurm_comparison_array_then_report(tmp_path, fake_sbatch) -> None:
     assert (tmp_path / "out" / "folds" / "fold-1" / "manifest.csv").is_file()  # checked first
     with pytest.raises(ClusterError, match="tasks: expected a count >= 1"):
         submit_comparison(spec, 0, log_dir=tmp_path / "logs", cluster="slurm")
+
+
+@pytest.mark.slow
+def test_local_executor_runs_a_comparison(tmp_path) -> None:
+    from adni_pu.cluster import submit_comparison
+    from adni_pu.workflows.compare.pieces import CompareSpec
+
+    manifest = make_volume_cohort(tmp_path / "cohort")
+    spec = CompareSpec(manifest=str(manifest), out=str(tmp_path / "out"), methods=("naive",),
+                       folds=2, seeds=1, overrides=tuple(tiny_overrides(1)))
+    jobs = submit_comparison(spec, 2, log_dir=tmp_path / "logs", cluster="local",
+                             n_boot=20, timeout_min=10)
+    assert [job.result()["trained"] for job in jobs.shares] == [1, 1]
+    assert Path(jobs.result()).is_file()
