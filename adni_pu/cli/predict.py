@@ -38,11 +38,11 @@ def predict(
     line with its reason and no probability; the others are still scored, and the exit
     status is 1.
     """
-    from adni_pu.workflows.compare.ensemble import ensemble_predict, is_comparison
+    from adni_pu.workflows.compare.ensemble import is_comparison
     from adni_pu.workflows.predict import predict_scans
 
     if method is not None or seed is not None or is_comparison(run):
-        _ensemble(run, scans, method, seed, out, device, ensemble_predict)
+        _ensemble(run, scans, method, seed, out, device)
         return
     table = predict_scans(run, scans, out, work_dir, device)
     failed = table["prediction"] == ""
@@ -58,15 +58,15 @@ def predict(
 
 
 def _ensemble(run: Path, scans: list[Path], method: str | None, seed: int | None,
-              out: Path | None, device: str, ensemble_predict: object) -> None:
+              out: Path | None, device: str) -> None:
     """``predict`` on a comparison folder: the fold models of ``method`` together."""
     from adni_pu.errors import ConfigError
-    from adni_pu.workflows.compare.ensemble import is_comparison
+    from adni_pu.workflows.compare.ensemble import ensemble_predict, is_comparison
 
     if not is_comparison(run) or method is None:
         raise ConfigError(f"{run}: --method and --seed need a comparison folder, and a "
                           "comparison folder needs --method (whose fold models predict)")
-    table = ensemble_predict(run, scans, method, seed, out, device)  # type: ignore[operator]
+    table = ensemble_predict(run, scans, method, seed, out, device)
     for row in table.itertuples():
         if row.prediction == "":
             typer.echo(f"{row.scan}\t-\t{row.status}: {row.error}")
