@@ -7,6 +7,8 @@
 - :func:`submit_training`: ``train_volumes`` on one node, one task per GPU; with more than one
   GPU each task joins the DDP process group from the variables that submitit's
   ``TorchDistributedEnvironment`` exports (the same ones torchrun sets).
+- :func:`submit_comparison`: ``adni-pu benchmark cohort`` as an array, task i taking the
+  pieces ``--piece i/N``, then one report job after every task succeeded.
 
 submitit writes the sbatch scripts, submits them and pickles the calls; a :class:`Scheduler`
 says where: its log folder, the cluster (with ``"local"`` submitit's LocalExecutor runs the
@@ -194,3 +196,64 @@ def submit_training(
         _train, str(Path(manifest).resolve()), str(Path(out).resolve()),
         str(Path(config).resolve()) if config is not None else None, preset,
         list(overrides), ntasks > 1)
+
+
+@dataclass
+class ComparisonJobs:
+    """The submitted piece array of a comparison and the report job that follows it."""
+
+    shares: list[Any]
+    report: Any
+
+    def result(self):
+        """Wait for the report job; the path of report.md."""
+        return self.report.result()
+
+
+def _compare_share(spec: Any, share: str) -> dict[str, Any]:
+    """One array task: its share ``i/N`` of the comparison's pieces."""
+    from adni_pu.workflows.compare.pieces import run_comparison
+
+    return run_comparison(spec, [share])
+
+
+def _compare_report(out: str, n_boot: int) -> str:
+    """The report job: the report from every finished piece."""
+    from adni_pu.workflows.compare.report import write_report
+
+    return str(write_report(Path(out), None, n_boot, f"adni-pu benchmark cohort-report {out}"))
+
+
+def submit_comparison(spec: Any, tasks: int, *, log_dir: str | Path, n_boot: int = 1000,
+                      cluster: str | None = None, python: str | None = None,
+                      report_params: dict[str, Any] | None = None, **params: Any
+                      ) -> ComparisonJobs:
+    """Run the comparison ``spec`` (a :class:`~adni_pu.workflows.compare.pieces.CompareSpec`)
+    as ``tasks`` array tasks, task i taking ``--piece i/tasks``, then one report job after
+    every task succeeded. The inputs are checked and the folds written here, before
+    anything is submitted. ``params``: submitit parameters of each task (e.g.
+    ``gpus_per_node=1``); ``report_params`` override :data:`MERGE_PARAMS` for the report."""
+    from dataclasses import replace
+
+    from adni_pu.workflows.compare.pieces import prepare
+
+    if tasks < 1:
+        raise ClusterError(f"tasks: expected a count >= 1, found {tasks}")
+    spec = replace(spec, manifest=str(Path(spec.manifest).resolve()),
+                   out=str(Path(spec.out).resolve()))
+    prepare(spec)  # bad input refused before any job is submitted
+    params = {"name": "adni-pu-compare", **params}
+    executor = _executor(log_dir, cluster, python, params)
+    shares = [f"{i}/{tasks}" for i in range(1, tasks + 1)]
+    jobs = executor.map_array(_compare_share, [spec] * tasks, shares)
+    shared = {k: v for k, v in params.items()
+              if k.startswith("slurm_") and k not in ("slurm_array_parallelism",)}
+    report = {**shared, **MERGE_PARAMS, **(report_params or {}), "name": "adni-pu-report"}
+    if executor.cluster == "slurm":
+        report["slurm_dependency"] = f"afterok:{jobs[0].job_id.split('_')[0]}"
+    else:
+        for job in jobs:
+            job.result()
+    report_job = _executor(log_dir, executor.cluster, python, report).submit(
+        _compare_report, spec.out, n_boot)
+    return ComparisonJobs(shares=jobs, report=report_job)

@@ -270,3 +270,38 @@ def test_sbatch_train_runs_torchrun_on_every_gpu(tmp_path, fake_apptainer) -> No
     assert cli == ["train", "/runs/cohort", "/runs/train/selfpu", "--set",
                    'train.device="cuda"', "--preset", "selfpu"]
     assert CliRunner().invoke(app, [*cli, "--help"]).exit_code == 0
+
+
+def test_slurm_comparison_array_then_report(tmp_path, fake_sbatch) -> None:
+    from adni_pu.cluster import submit_comparison
+    from adni_pu.workflows.compare.pieces import CompareSpec
+
+    manifest = make_volume_cohort(tmp_path / "cohort")
+    spec = CompareSpec(manifest=str(manifest), out=str(tmp_path / "out"),
+                       methods=("naive", "nnpu"), folds=2, seeds=1)
+    jobs = submit_comparison(spec, 4, log_dir=tmp_path / "logs", cluster="slurm",
+                             slurm_partition="gpu", gpus_per_node=1, timeout_min=600)
+    array, report = (fake_sbatch / "0.sh").read_text(), (fake_sbatch / "1.sh").read_text()
+    opts = _sbatch(array)
+    assert opts["array"].split("%")[0] == "0-3" and opts["job-name"] == "adni-pu-compare"
+    assert opts["partition"] == "gpu"
+    assert [j.job_id for j in jobs.shares] == ["4200_0", "4200_1", "4200_2", "4200_3"]
+    ropts = _sbatch(report)
+    assert ropts["dependency"] == "afterok:4200" and ropts["job-name"] == "adni-pu-report"
+    assert (tmp_path / "out" / "folds" / "fold-1" / "manifest.csv").is_file()  # checked first
+    with pytest.raises(ClusterError, match="tasks: expected a count >= 1"):
+        submit_comparison(spec, 0, log_dir=tmp_path / "logs", cluster="slurm")
+
+
+@pytest.mark.slow
+def test_local_executor_runs_a_comparison(tmp_path) -> None:
+    from adni_pu.cluster import submit_comparison
+    from adni_pu.workflows.compare.pieces import CompareSpec
+
+    manifest = make_volume_cohort(tmp_path / "cohort")
+    spec = CompareSpec(manifest=str(manifest), out=str(tmp_path / "out"), methods=("naive",),
+                       folds=2, seeds=1, overrides=tuple(tiny_overrides(1)))
+    jobs = submit_comparison(spec, 2, log_dir=tmp_path / "logs", cluster="local",
+                             n_boot=20, timeout_min=10)
+    assert [job.result()["trained"] for job in jobs.shares] == [1, 1]
+    assert Path(jobs.result()).is_file()

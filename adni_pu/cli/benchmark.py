@@ -202,6 +202,17 @@ def table(
 bench_app.command("table")(table)
 
 
+def _compare_commands() -> None:
+    """``benchmark cohort`` and ``benchmark cohort-report`` (:mod:`adni_pu.cli.compare`)."""
+    from adni_pu.cli.compare import cohort, cohort_report
+
+    bench_app.command("cohort")(cohort)
+    bench_app.command("cohort-report")(cohort_report)
+
+
+_compare_commands()
+
+
 def presets() -> None:
     """List the named training configurations (the paper's ablation rows and baselines) and
     the benchmark protocol's presets."""

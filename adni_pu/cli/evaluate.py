@@ -24,12 +24,20 @@ def evaluate(
         show_default="RUN/evaluation/<split>; RUN/evaluation/<manifest>-<sha8>/<split> for "
                      "another manifest", help="output folder")] = None,
     device: Device = "auto",
+    method: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        show_default="none", help="RUN is a comparison folder: this method's piece")] = None,
+    fold: Annotated[Optional[int], typer.Option(  # noqa: UP045
+        show_default="none", help="with --method: the piece's fold")] = None,
+    seed: Annotated[Optional[int], typer.Option(  # noqa: UP045
+        show_default="0 with one seed", help="with --method: the piece's seed")] = None,
 ) -> None:
     """Accuracy, balanced accuracy, AUC, sensitivity, specificity, hidden-positive recall and
     AUC, and the all-negative / all-positive accuracies, with 95 % CIs; ROC plot."""
     from adni_pu.pu.metrics import format_ci
+    from adni_pu.workflows.compare.ensemble import resolve_run
     from adni_pu.workflows.evaluate import REPORT_METRICS, evaluate_run
 
+    run = resolve_run(run, method, fold, seed)  # a comparison folder's piece: a run folder
     result = evaluate_run(run, split, manifest, device=device, n_boot=bootstrap, out=out)
     for warning in result["warnings"]:
         typer.echo(f"warning: {warning}", err=True)

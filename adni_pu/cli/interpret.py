@@ -35,6 +35,14 @@ def interpret(
     threads: Annotated[int, typer.Option(
         min=0, help="torch threads; 0 leaves torch's default")] = 0,
     device: Device = "auto",
+    compared: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        show_default="none", metavar="METHOD",
+        help="RUN is a comparison folder: this training method's piece (--method names "
+             "the map method here)")] = None,
+    fold: Annotated[Optional[int], typer.Option(  # noqa: UP045
+        show_default="none", help="with --compared: the piece's fold")] = None,
+    seed: Annotated[Optional[int], typer.Option(  # noqa: UP045
+        show_default="0 with one seed", help="with --compared: the piece's seed")] = None,
 ) -> None:
     """Maps of what the selected model looks at, one per scan on the model grid (NIfTI),
     group means, an overlay on the MNI template, the AAL regions by share of the map, and
@@ -46,6 +54,9 @@ def interpret(
         import torch
 
         torch.set_num_threads(threads)
+    from adni_pu.workflows.compare.ensemble import resolve_run
+
+    run = resolve_run(run, compared, fold, seed)  # a comparison folder's piece: a run folder
     settings = MapSettings(patch=patch, samples=samples)
     rec = interpret_run(run, split, method, out, manifest, device=device, settings=settings,
                         sanity_subjects=sanity, n_boot=bootstrap,

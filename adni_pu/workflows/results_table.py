@@ -148,9 +148,11 @@ def method_row(entry: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def paired_difference(entries: dict[str, dict[str, Any]], a: str, b: str,
+def accuracy_difference(entries: dict[str, dict[str, Any]], a: str, b: str,
                       n_boot: int = 1000, level: float = 0.95) -> dict[str, Any]:
-    """Test accuracy of ``a`` minus ``b`` (percentage points) on the seeds both ran.
+    """Test accuracy of ``a`` minus ``b`` (percentage points) on the seeds both ran, from
+    the seed records of results files (the per-subject paired difference of a cohort's
+    predictions is :func:`adni_pu.workflows.crossval.paired_difference`).
 
     95 % CI by a paired bootstrap over seeds and test examples when every seed's record of
     both carries its per-example results (``test_examples``), otherwise a t-interval over
@@ -339,7 +341,7 @@ def build(folder: Path, pairs: list[tuple[str, str]], ablation: bool = False,
     check = check_schedules(rows, allow_mixed) if ablation else None
     wanted = [p for p in DEFAULT_PAIRS if p[0] in entries and p[1] in entries]
     wanted += [p for p in pairs if p not in wanted]
-    paired = [paired_difference(entries, a, b) for a, b in wanted]
+    paired = [accuracy_difference(entries, a, b) for a, b in wanted]
     text = render(rows, paired, ablation, check, command)
     return text, {"command": command, "mode": "ablation" if ablation else "methods",
                   "accuracy_unit": "percent", "rows": rows, "paired": paired,
