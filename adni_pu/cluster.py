@@ -224,8 +224,7 @@ def _compare_report(out: str, n_boot: int) -> str:
     return str(write_report(Path(out), None, n_boot, f"adni-pu benchmark cohort-report {out}"))
 
 
-def submit_comparison(spec: Any, tasks: int, *, log_dir: str | Path, n_boot: int = 1000,
-                      cluster: str | None = None, python: str | None = None,
+def submit_comparison(spec: Any, tasks: int, *, scheduler: Scheduler, n_boot: int = 1000,
                       report_params: dict[str, Any] | None = None, **params: Any
                       ) -> ComparisonJobs:
     """Run the comparison ``spec`` (a :class:`~adni_pu.workflows.compare.pieces.CompareSpec`)
@@ -243,7 +242,7 @@ def submit_comparison(spec: Any, tasks: int, *, log_dir: str | Path, n_boot: int
                    out=str(Path(spec.out).resolve()))
     prepare(spec)  # bad input refused before any job is submitted
     params = {"name": "adni-pu-compare", **params}
-    executor = _executor(log_dir, cluster, python, params)
+    executor = _executor(scheduler, params)
     shares = [f"{i}/{tasks}" for i in range(1, tasks + 1)]
     jobs = executor.map_array(_compare_share, [spec] * tasks, shares)
     shared = {k: v for k, v in params.items()
@@ -254,6 +253,7 @@ def submit_comparison(spec: Any, tasks: int, *, log_dir: str | Path, n_boot: int
     else:
         for job in jobs:
             job.result()
-    report_job = _executor(log_dir, executor.cluster, python, report).submit(
+    report_job = _executor(Scheduler(scheduler.log_dir, executor.cluster, scheduler.python),
+                           report).submit(
         _compare_report, spec.out, n_boot)
     return ComparisonJobs(shares=jobs, report=report_job)

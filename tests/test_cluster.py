@@ -279,7 +279,7 @@ def test_slurm_comparison_array_then_report(tmp_path, fake_sbatch) -> None:
     manifest = make_volume_cohort(tmp_path / "cohort")
     spec = CompareSpec(manifest=str(manifest), out=str(tmp_path / "out"),
                        methods=("naive", "nnpu"), folds=2, seeds=1)
-    jobs = submit_comparison(spec, 4, log_dir=tmp_path / "logs", cluster="slurm",
+    jobs = submit_comparison(spec, 4, scheduler=Scheduler(tmp_path / "logs", "slurm"),
                              slurm_partition="gpu", gpus_per_node=1, timeout_min=600)
     array, report = (fake_sbatch / "0.sh").read_text(), (fake_sbatch / "1.sh").read_text()
     opts = _sbatch(array)
@@ -290,7 +290,7 @@ def test_slurm_comparison_array_then_report(tmp_path, fake_sbatch) -> None:
     assert ropts["dependency"] == "afterok:4200" and ropts["job-name"] == "adni-pu-report"
     assert (tmp_path / "out" / "folds" / "fold-1" / "manifest.csv").is_file()  # checked first
     with pytest.raises(ClusterError, match="tasks: expected a count >= 1"):
-        submit_comparison(spec, 0, log_dir=tmp_path / "logs", cluster="slurm")
+        submit_comparison(spec, 0, scheduler=Scheduler(tmp_path / "logs", "slurm"))
 
 
 @pytest.mark.slow
@@ -301,7 +301,7 @@ def test_local_executor_runs_a_comparison(tmp_path) -> None:
     manifest = make_volume_cohort(tmp_path / "cohort")
     spec = CompareSpec(manifest=str(manifest), out=str(tmp_path / "out"), methods=("naive",),
                        folds=2, seeds=1, overrides=tuple(tiny_overrides(1)))
-    jobs = submit_comparison(spec, 2, log_dir=tmp_path / "logs", cluster="local",
+    jobs = submit_comparison(spec, 2, scheduler=Scheduler(tmp_path / "logs", "local"),
                              n_boot=20, timeout_min=10)
     assert [job.result()["trained"] for job in jobs.shares] == [1, 1]
     assert Path(jobs.result()).is_file()

@@ -246,9 +246,9 @@ def test_evaluate_counts_a_test_subject_spelled_two_ways_once(cohort, trained, t
     rows.loc[second, "subject_id"] = "ADNI_" + sid
     other = tmp_path / "spelled.csv"
     rows.to_csv(other, index=False)
-    result = evaluate_run(trained, "test", manifest=other, n_boot=0)
+    result = evaluate_run(trained, "test", manifest=other, n_boot=0, out=tmp_path / "ev")
     assert result["n_subjects"] == frame.loc[frame["split"] == "test", "subject_id"].nunique()
-    subjects = pd.read_csv(trained / "evaluation" / "test" / "predictions_subjects.csv",
+    subjects = pd.read_csv(tmp_path / "ev" / "predictions_subjects.csv",
                            dtype={"subject_id": str})
     assert (subjects["subject_id"] == sid).sum() == 1
 

@@ -245,11 +245,21 @@ def run_preprocessing(
         # the scans cut short keep a row, so a merged (sharded) summary.csv still lists
         # them, as not usable, instead of losing them without a trace
         seen = {(r["subject_id"], r["session_id"]) for r in rows}
-        rows.extend({**scan.summary_fields(), "status": "interrupted", "preprocessed_path": "",
-                     "error": f"interrupted by {signal.Signals(stop.signum).name} before it "
-                              "finished; rerun "
-                              "the command to process it", "seconds": 0.0}
-                    for scan in todo if (scan.subject_id, scan.session_id) not in seen)
+        for scan in todo:
+            if (scan.subject_id, scan.session_id) in seen:
+                continue
+            if resume_check(scan, output, chash, config)[0]:  # finished, result not yet in
+                rows.append({**scan.summary_fields(), "status": "done", "error": "",
+                             "preprocessed_path": str(output_paths(scan, output, config)
+                                                      ["preproc"]),
+                             "seconds": 0.0, "note": "finished as the run was interrupted",
+                             "input_sha256": recorded_sha256(scan, output, config)})
+                continue
+            rows.append({**scan.summary_fields(), "status": "interrupted",
+                         "preprocessed_path": "", "seconds": 0.0,
+                         "error": f"interrupted by {signal.Signals(stop.signum).name} before "
+                                  "it finished; rerun the command to process it"})
+        stop.finished = sum(r["status"] != "interrupted" for r in rows)
         cut = summary_frame(rows, scans, left_out)
         if not runner.shard:
             cut = with_earlier_rows(cut, output, chash)

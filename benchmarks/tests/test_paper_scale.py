@@ -107,10 +107,16 @@ def test_estimated_prior_method_is_nnpu_with_prior_estimate_over_the_demo_prior(
 
 
 def test_estimated_prior_run_records_the_estimate_beside_the_true_prior(
-        work: Path, tmp_path: Path, monkeypatch, tiny_prior_estimates) -> None:
+        work: Path, tmp_path: Path, monkeypatch) -> None:
     """``run --method nnpu-estimated`` (one epoch): the results file carries the estimate
     the nnPU run trained with, its CI and the training split's true prior; its run folder
-    is its own, not nnpu's."""
+    is its own, not nnpu's. The tiny cohort is below the estimate's minimum counts, which
+    are lowered here (the rules themselves: tests/test_class_prior.py)."""
+    from adni_pu.workflows import class_prior
+
+    monkeypatch.setattr(class_prior, "MIN_LABELLED_VAL", 1)
+    monkeypatch.setattr(class_prior, "MIN_UNLABELLED_VAL", 1)
+    monkeypatch.setattr(class_prior, "collapse_reason", lambda record: None)
     monkeypatch.setattr(paper_scale, "TEST_SUBJECTS", 4)
     monkeypatch.chdir(tmp_path)  # the run's work folder is given; nothing lands elsewhere
     results = tmp_path / "results"
