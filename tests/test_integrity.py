@@ -3,43 +3,14 @@ errors (issue 25)."""
 
 from __future__ import annotations
 
-import errno
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from adni_pu.cli.app import app
-from adni_pu.errors import OutputError
-from adni_pu.fileio import check_out_dir
 
 runner = CliRunner()
-
-
-def test_a_read_only_output_folder_is_refused_before_anything_is_written(
-        tmp_path: Path, monkeypatch) -> None:
-    import tempfile
-
-    def refuse(*args, **kwargs):
-        raise PermissionError(errno.EACCES, "Permission denied")
-
-    monkeypatch.setattr(tempfile, "mkstemp", refuse)
-    with pytest.raises(OutputError, match=r"new/run: cannot write there \(in .*\): "
-                                          r"Permission denied"):
-        check_out_dir(tmp_path / "new" / "run", "the run folder")
-    assert not (tmp_path / "new").exists()
-
-
-def test_the_cli_turns_a_refused_path_into_one_line(tmp_path: Path, monkeypatch) -> None:
-    import adni_pu.workflows.evaluate as ev
-
-    def refused(*args, **kwargs):
-        raise PermissionError(errno.EACCES, "Permission denied", str(tmp_path / "report.md"))
-
-    monkeypatch.setattr(ev, "evaluate_run", refused)
-    result = runner.invoke(app, ["evaluate", str(tmp_path)])
-    assert result.exit_code == 2
-    assert result.output.strip() == f"error: {tmp_path / 'report.md'}: Permission denied"
 
 
 def test_benchmark_with_no_seeds_is_a_one_line_error(tmp_path: Path) -> None:
