@@ -292,3 +292,66 @@ def test_predict_raw_scans_one_folder_each_and_reproducible(runs, tmp_path):
     shutil.copy(scans[1], scans[0])
     replaced = predict_scans(run, [scans[0]], work_dir=tmp_path / "w1")
     assert replaced.probability[0] == first.probability[1]
+
+
+# --------------------------------------------------------------------------- a failed train
+
+
+def _cfg():
+    return load_volume_config(None, tiny_overrides(1), preset="naive")
+
+
+class _FailingTrainer:
+    """A trainer whose first epoch fails (after the run folder's files are written)."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def check_resume(self):
+        return None
+
+    def fit(self):
+        raise RuntimeError("failed in the first epoch")
+
+
+def _fail_in_fit(monkeypatch):
+    import adni_pu.pu.trainer
+    import adni_pu.workflows.train as train_module
+
+    monkeypatch.setattr(adni_pu.pu.trainer, "Trainer", _FailingTrainer)
+    monkeypatch.setattr(train_module, "build_pu_data",  # no volumes read: seconds, not minutes
+                        lambda frame, base, cfg, prior: None)
+
+
+def test_a_train_failing_before_its_first_epoch_leaves_no_run_folder(runs, tmp_path,
+                                                                      monkeypatch):
+    _fail_in_fit(monkeypatch)
+    run = tmp_path / "runs" / "r1"
+    with pytest.raises(RuntimeError, match="failed in the first epoch"):
+        train_volumes(runs["manifest"], _cfg(), run)
+    assert not run.exists()
+    mine = tmp_path / "mine"  # a folder that existed before is never removed
+    mine.mkdir()
+    (mine / "notes.txt").write_text("kept")
+    with pytest.raises(RuntimeError, match="failed in the first epoch"):
+        train_volumes(runs["manifest"], _cfg(), mine)
+    assert (mine / "notes.txt").read_text() == "kept" and (mine / "run.json").is_file()
+
+
+def test_a_run_folder_without_a_finished_epoch_is_reused_by_a_rerun(runs, tmp_path,
+                                                                     monkeypatch):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "run.json").write_text(json.dumps({"manifest_sha256": "another manifest",
+                                              "settings": {}}))
+    (run / "metrics.csv").write_text("epoch,phase\n")  # a header, no epoch row
+    _fail_in_fit(monkeypatch)  # got past the run folder check: fit was reached
+    with pytest.raises(RuntimeError, match="failed in the first epoch"):
+        train_volumes(runs["manifest"], _cfg(), run)
+    (run / "checkpoints").mkdir()
+    (run / "checkpoints" / "last.pt").write_bytes(b"a finished epoch")
+    (run / "run.json").write_text(json.dumps({"manifest_sha256": "another manifest",
+                                              "settings": {}}))
+    with pytest.raises(ResumeError, match=r"another manifest or other settings "
+                                          r"\(checkpoints/last.pt\).*reused by any rerun"):
+        train_volumes(runs["manifest"], _cfg(), run)
