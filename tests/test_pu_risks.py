@@ -246,22 +246,6 @@ def test_selfpu_with_all_three_settings_trains_and_resumes_exactly(tiny_pu, tmp_
     assert straight.state.best["score"] == pytest.approx(resumed.state.best["score"])
 
 
-@pytest.mark.parametrize(("name", "method", "rest", "reweight", "share"), [
-    ("selfpu-band", "selfpu", "band", "shrink", 0.0),
-    ("selfpu-mean-one", "selfpu", "prior", "mean-one", 0.0),
-    ("selfpu-positive-share", "selfpu", "prior", "shrink", 0.125),
-    ("nnpu-positive-share", "nnpu", "prior", "shrink", 0.125),
-    ("selfpu", "selfpu", "prior", "shrink", 0.0),
-])
-def test_risk_setting_presets(name, method, rest, reweight, share):
-    from adni_pu import config as cfgmod
-    from adni_pu.pu.config import TrainConfig, preset_settings
-
-    cfg = cfgmod.from_dict(TrainConfig, preset_settings(name))
-    assert (cfg.method, cfg.selfpu.rest_risk, cfg.selfpu.reweight_risk, cfg.positive_share) == (
-        method, rest, reweight, share)
-
-
 def test_prior_rest_truth_is_the_true_positive_fraction_left_in_u(tiny_pu):
     cfg = tiny_config(method="selfpu", epochs=2, selfpu={
         "warmup_epochs": 1, "self_paced_end": 2, "select_every": 1, "rest_risk": "band",
