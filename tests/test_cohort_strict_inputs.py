@@ -1,6 +1,7 @@
-"""Issue 25, cohort tables: row order decides nothing, an unreadable value erases nothing,
-tables without QC are flagged, manifests are validated when read, inputs are never
-overwritten, and unreadable dates are named as such."""
+"""Cohort tables and manifests (adni_pu.cohort): row order decides nothing, an unreadable
+value erases nothing, tables without QC are flagged, manifests are validated when read
+(contradictory rows refused), inputs are never overwritten, and unreadable dates are
+named as such."""
 
 from __future__ import annotations
 

@@ -366,7 +366,7 @@ def test_last_shard_merges_the_shard_summaries(tmp_path: Path, monkeypatch) -> N
 
 def test_resume_keys_on_the_file_and_its_content_not_the_path_as_typed(
         tmp_path: Path, monkeypatch) -> None:
-    """Hostile round 4, finding 13: a rerun from another working folder, or through a link,
+    """A rerun from another working folder, or through a link,
     skips the scan; a copy with the same content is reused with a note; new content at the
     same path, or another file's content, is redone."""
     import shutil
