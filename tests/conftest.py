@@ -71,3 +71,18 @@ def allow_tiny_prior_estimates(patch: pytest.MonkeyPatch) -> None:
 def tiny_prior_estimates(monkeypatch):
     """:func:`allow_tiny_prior_estimates` for one test."""
     allow_tiny_prior_estimates(monkeypatch)
+
+
+def tiny_mnist_benchmark(tmp_path: Path, monkeypatch) -> list[str]:
+    """``adni-pu benchmark mnist`` arguments for one epoch on 200 MNIST-format images
+    written under ``tmp_path`` (seconds)."""
+    from test_readers import write_mnist
+
+    from adni_pu.data import readers
+
+    monkeypatch.setitem(readers.MNIST_COUNTS, "train", 200)
+    monkeypatch.setitem(readers.MNIST_COUNTS, "test", 40)
+    write_mnist(tmp_path / "mnist", n_train=200, n_test=40)
+    return ["benchmark", "mnist", "--epochs", "1", "--n-labelled", "60", "--threads", "1",
+            "--data-dir", str(tmp_path / "mnist"), "--out", str(tmp_path / "bm"),
+            "--set", "progress=false"]

@@ -337,7 +337,7 @@ def _cohort_inputs(out: Path) -> list[str]:
 
 def test_convert_layout_stopped_after_its_last_rename_is_finished_by_the_rerun(
         tmp_path: Path, monkeypatch) -> None:
-    """Hostile round 4, finding 11: a kill after the last rename (every scan renamed, no
+    """A kill after the last rename (every scan renamed, no
     dataset_description.json, summary.csv naming the old files) is finished by the rerun,
     which also removes the temporary files a kill leaves."""
     from adni_pu.preprocessing import legacy_layout

@@ -1,6 +1,6 @@
 """The class prior's one owner (:mod:`adni_pu.workflows.class_prior`) and an honest estimate:
-where it comes from, when it is refused, what a run says about it, and what an interrupt or
-another manifest does to its classifier (issue 52: findings 1, 5, 11, 12, 22, 25)."""
+where it comes from, when it is refused, what a run and ``adni-pu prior`` say about it,
+and what an interrupt or another manifest does to its classifier."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from volume_helpers import make_volume_cohort, tiny_overrides
 
 from adni_pu.cli.app import app
+from adni_pu.config import ConfigError
 from adni_pu.errors import ResumeError, VolumeRunError
 from adni_pu.pu.checkpoint import LAST
 from adni_pu.pu.recorders import nn_correction_text
@@ -26,6 +27,8 @@ from adni_pu.workflows.class_prior import (
     reads_no_prior,
     resolve_prior,
 )
+from adni_pu.workflows.prior import estimate_manifest_prior
+from adni_pu.workflows.volume_settings import load_volume_config
 
 runner = CliRunner()
 
@@ -204,8 +207,12 @@ def test_the_prior_classifier_of_another_manifest_is_never_reused(cohort, tmp_pa
     assert changed.exit_code == 2 and "trained on other settings" in changed.output
 
 
-def test_training_with_an_estimate_says_it_and_its_classifier_lines(cohort, tmp_path,
-                                                                    monkeypatch):
+def test_training_with_an_estimated_prior_records_it_and_trains_with_it(cohort, tmp_path,
+                                                                       monkeypatch):
+    """One training with ``prior = "estimate"``: the estimate is recorded, trained with, said
+    once in one line between the classifier's and the model's epochs, kept on a rerun and
+    reported by evaluate beside the cohort's truth."""
+    from adni_pu.workflows.evaluate import evaluate_run
     from adni_pu.workflows.train import train_volumes
     from adni_pu.workflows.volume_settings import load_volume_config
 
@@ -215,7 +222,8 @@ def test_training_with_an_estimate_says_it_and_its_classifier_lines(cohort, tmp_
                              preset="nnpu")
     run = tmp_path / "run"
     train_volumes(cohort["manifest"], cfg, run, log=lines.append)
-    est = json.loads((run / "run.json").read_text())["prior_estimate"]
+    info = json.loads((run / "run.json").read_text())
+    est = info["prior_estimate"]
     said = [i for i, line in enumerate(lines) if line.startswith(
         f"training with the class prior estimate {est['value']:.3f} [95 % CI "
         f"{est['ci_low']:.3f}, {est['ci_high']:.3f}]")]
@@ -224,6 +232,24 @@ def test_training_with_an_estimate_says_it_and_its_classifier_lines(cohort, tmp_
     model = [i for i, line in enumerate(lines) if line.startswith("epoch 1/1")]
     assert len(said) == 1 and len(classifier) == 1 and len(model) == 1
     assert classifier[0] < said[0] < model[0]  # said once, before the model trains
+    assert {"value", "ci_low", "ci_high", "method"} <= set(est) and est["method"] == "bbe"
+    assert 0 < est["ci_low"] <= est["value"] <= est["ci_high"] < 1
+    assert est["true_prior"] == pytest.approx(5 / 9)  # the cohort's truth, for comparison
+    assert info["prior"]["prior"] == est["value"]
+    assert json.loads((run / "data.json").read_text())["prior_used"] == est["value"]
+    assert json.loads((run / "prior_estimate.json").read_text()) == est
+    estimator = run / "prior_estimate"
+    assert (estimator / "best_model.pt").is_file()
+    assert json.loads((estimator / "selection.json").read_text())["val_criterion"] == "pu_auc"
+    # the setting is kept as given, so a rerun resumes instead of refusing other settings
+    assert load_volume_config(run / "volume_config.toml").prior == "estimate"
+    train_volumes(cohort["manifest"], cfg, run, log=lambda m: None)
+    assert json.loads((run / "run.json").read_text())["prior_estimate"] == est
+    evaluate_run(run, "test")
+    report = (run / "evaluation" / "test" / "report.md").read_text()
+    assert f"Class prior used in training: {est['value']:.3f}" in report
+    assert f"[{est['ci_low']:.3f}, {est['ci_high']:.3f}]" in report
+    assert "the cohort's truth gives 0.556" in report
 
 
 def test_a_method_reading_no_prior_trains_no_classifier(cohort, tmp_path):
@@ -271,3 +297,34 @@ def test_the_evaluation_report_names_vpu_too():
     from adni_pu.workflows.evaluate import nn_correction_markdown
 
     assert nn_correction_markdown(None, "vpu")[2].startswith("Not applicable: VPU's")
+
+
+# --------------------------------------------------------------------------- adni-pu prior
+
+
+def test_the_prior_command_prints_the_estimate_beside_the_truth(cohort,
+                                                                tiny_prior_estimates):
+    out = cohort["root"] / "estimate"
+    sets = [arg for o in tiny_overrides(1, cohort["cache"]) for arg in ("--set", o)]
+    result = CliRunner().invoke(app, ["prior", str(cohort["manifest"]), str(out), *sets])
+    assert result.exit_code == 0, result.output
+    record = json.loads((out / "prior_estimate.json").read_text())
+    assert f"class prior estimate {record['value']:.3f}" in result.output
+    assert "positive fraction by the cohort's truth: 0.556" in result.output
+    assert f"--set prior={record['value']:.4f}" in result.output
+
+
+def test_no_labelled_positive_in_validation_is_refused_by_name(cohort, tmp_path,
+                                                               tiny_prior_estimates):
+    frame = pd.read_csv(cohort["manifest"])
+    frame.loc[frame["split"] == "val", "pu_label"] = 0
+    manifest = cohort["manifest"].parent / "no-val-positive.csv"
+    frame.to_csv(manifest, index=False)
+    cfg = load_volume_config(None, tiny_overrides(1, cohort["cache"]), preset="naive")
+    with pytest.raises(VolumeRunError, match="holds 0 labelled positive"):
+        estimate_manifest_prior(manifest, cfg, tmp_path / "out")
+
+
+def test_an_unknown_prior_word_is_a_settings_error():
+    with pytest.raises(ConfigError, match="'cohort' or 'estimate'"):
+        load_volume_config(None, ['prior="guess"'])

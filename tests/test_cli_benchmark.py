@@ -6,6 +6,7 @@ import csv
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import shared_path
@@ -168,3 +169,11 @@ def test_benchmark_population_in_pieces_equals_seeds_one_by_one(tmp_path):
     bad = runner.invoke(app, [*args, "--out", str(tmp_path / "bad"), "--population", "0"])
     assert bad.exit_code != 0 and "--population 0" in bad.output
     assert not (tmp_path / "bad").exists()  # refused before anything is written
+
+
+def test_benchmark_with_no_seeds_is_a_one_line_error(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["benchmark", "mnist", "--seeds", "0", "--data-dir",
+                                 str(tmp_path), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines() == [
+        "error: --seeds: expected at least 1 seed, found 0"]

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import shlex
 from importlib.metadata import version
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import typer.main
+from test_cohort_build import cohort_inputs
 from typer.testing import CliRunner
 
 from adni_pu.cli.app import app
@@ -165,3 +167,35 @@ def test_a_user_error_is_one_line_and_a_bug_shows_its_traceback(tmp_path, monkey
     result = runner.invoke(app, ["evaluate", str(tmp_path)])
     assert result.exit_code == 1 and isinstance(result.exception, ValueError)
     assert "error:" not in result.output
+
+
+# --------------------------------------------------------------------------- hints and warnings
+
+
+def test_next_hints_quote_paths_for_the_shell(tmp_path):
+    from adni_pu.cli.preprocess import next_steps
+
+    out = tmp_path / "my prep's out"
+    text = next_steps(out)
+    assert f"adni-pu qc {shlex.quote(str(out))}" in text
+    clinical, scans = cohort_inputs(tmp_path)
+    folder = tmp_path / "cohort with space"
+    result = runner.invoke(app, ["cohort", "build", str(clinical), str(scans), str(folder)])
+    assert result.exit_code == 0, result.output
+    line = next(x for x in result.output.splitlines() if x.startswith("next:"))
+    command = shlex.split(line.split(", then ", 1)[1])
+    assert command[:2] == ["adni-pu", "train"] and Path(command[2]) == folder / "manifest.csv"
+
+
+def test_a_manifest_warning_prints_as_one_line(tmp_path):
+    path = tmp_path / "m.csv"
+    pd.DataFrame({"subject_id": ["a", "b"], "scan_path": ["a.nii", "b.nii"],
+                  "pu_label": [1, 0], "truth": [1, 0], "split": ["Train ", "val"]}
+                 ).to_csv(path, index=False)
+    result = runner.invoke(app, ["train", str(path), str(tmp_path / "run")])
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert lines[0] == (f"warning: manifest {path}: column split: read 'Train ' -> 'train' on "
+                        "line 2 (split names are lower case, without spaces)")
+    assert "ManifestWarning" not in result.output and ".py:" not in result.output
+    assert lines[-1].startswith("error: ")

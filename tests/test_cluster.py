@@ -83,10 +83,11 @@ def test_local_executor_preprocesses_shards_then_merges(tmp_path) -> None:
         assert shard_summary_path(out, i, 2).is_file()
 
 
-def _train_locally(tmp_path: Path, tasks: int) -> list[dict]:
+def _train_locally(tmp_path: Path, tasks: int, cluster: str = "local",
+                   epochs: int = 2) -> list[dict]:
     manifest = make_volume_cohort(tmp_path / "cohort")
-    job = submit_training(manifest, tmp_path / "run", scheduler=Scheduler(tmp_path / "logs", "local"),
-                          gpus=0, tasks=tasks, preset="nnpu", overrides=tiny_overrides(2),
+    job = submit_training(manifest, tmp_path / "run", scheduler=Scheduler(tmp_path / "logs", cluster),
+                          gpus=0, tasks=tasks, preset="nnpu", overrides=tiny_overrides(epochs),
                           timeout_min=10)
     results = job.results()
     assert len(results) == tasks
@@ -96,6 +97,12 @@ def _train_locally(tmp_path: Path, tasks: int) -> list[dict]:
         assert result["world_size"] == tasks
     assert (tmp_path / "run" / "best_model.pt").is_file()
     return results
+
+
+def test_the_training_job_runs_under_submitit_in_this_process(tmp_path) -> None:
+    """submit_training's job, fast: submitit's DebugExecutor runs it in this process (the
+    LocalExecutor tests below start processes and are slow)."""
+    _train_locally(tmp_path, 1, cluster="debug", epochs=1)
 
 
 @pytest.mark.slow

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
 from typer.testing import CliRunner
@@ -184,3 +186,35 @@ def test_rid_and_generic_scan_table_with_dates(tmp_path):
     assert m.at["a.nii.gz", "visit"] == "bl" and m.at["a.nii.gz", "visit_match"] == "date"
     assert m.at["b.nii.gz", "subject_id"] == "011_S_0002"
     assert cohort.quality.count("scan_file_missing") == 0
+
+
+# --------------------------------------------------------------------------- ids that are paths
+
+
+def cohort_inputs(tmp_path: Path, extra_clinical=(), extra_scans=()):
+    """ADNIMERGE and scan summary tables of 12 subjects (plus extra rows) with their
+    volumes, as ``adni-pu cohort build`` reads them."""
+    clinical = tmp_path / "ADNIMERGE.csv"
+    clinical.write_text("\n".join([*clinical_rows(12), *extra_clinical]) + "\n")
+    scans = tmp_path / "summary.csv"
+    rows = [*summary_rows(12), *extra_scans]
+    scans.write_text("\n".join(rows) + "\n")
+    write_listed_volumes(tmp_path, rows)
+    return clinical, scans
+
+
+def test_cohort_build_leaves_out_ids_that_are_paths(tmp_path):
+    clinical, scans = cohort_inputs(
+        tmp_path, ["50,../../x,bl,2010-01-03,AD,Dementia,70,Male,1.3,,",
+                   "51,/etc/x,bl,2010-01-03,CN,CN,70,Male,1.0,,"],
+        ["../../x,M000,/raw/a.nii,done,a.nii.gz,,1", "/etc/x,M000,/raw/b.nii,done,b.nii.gz,,1"])
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["cohort", "build", str(clinical), str(scans), str(out)])
+    assert result.exit_code == 0, result.output
+    assert "scan_unusable_id: 2 scans whose subject id is not an id" in result.output
+    manifest = pd.read_csv(out / "manifest.csv", dtype=str)
+    assert not manifest["scan_id"].str.contains("/|\\.\\.", regex=True).any()
+    excluded = pd.read_csv(out / "excluded.csv", dtype=str)
+    assert set(excluded["subject"]) >= {"../../x", "/etc/x"}
+    assert set(excluded.loc[excluded["subject"].isin(["../../x", "/etc/x"]), "reason"]) == {
+        "subject id is not an id (a path or odd characters)"}

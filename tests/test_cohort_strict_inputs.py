@@ -1,8 +1,11 @@
-"""Issue 25, cohort tables: row order decides nothing, an unreadable value erases nothing,
-tables without QC are flagged, manifests are validated when read, inputs are never
-overwritten, and unreadable dates are named as such."""
+"""Cohort tables and manifests (adni_pu.cohort): row order decides nothing, an unreadable
+value erases nothing, tables without QC are flagged, manifests are validated when read
+(contradictory rows refused), inputs are never overwritten, and unreadable dates are
+named as such."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -284,3 +287,49 @@ def test_some_two_digit_years_are_reported_per_row(tmp_path, tables):
     cohort = build_cohort(clinical, tables[1], config())
     issue = next(i for i in cohort.quality if i.kind == "unparseable_date")
     assert "1 have two-digit years" in issue.message and "01/10/10" in issue.examples[0]
+
+
+# --------------------------------------------------------------------------- contradictory manifests
+
+
+def _tiny(tmp_path: Path, rows: list[tuple[str, str, int, object, str]]) -> Path:
+    path = tmp_path / "m.csv"
+    pd.DataFrame(rows, columns=["subject_id", "scan_path", "pu_label", "truth", "split"]
+                 ).to_csv(path, index=False)
+    return path
+
+
+def test_a_subject_with_two_pu_labels_is_refused_naming_its_lines(tmp_path):
+    path = _tiny(tmp_path, [("002_S_0004", "a.nii", 1, 1, "train"),
+                            ("003_S_0005", "b.nii", 0, 0, "train"),
+                            ("sub-ADNI002S0004", "c.nii", 0, 1, "train")])
+    with pytest.raises(ManifestError, match="column pu_label: expected one value per subject"
+                       ) as info:
+        read_manifest(path)
+    text = str(info.value)
+    assert "subject 002_S_0004: 1 on line 2, 0 on line 4 (as 'sub-ADNI002S0004')" in text
+
+
+def test_a_subject_with_two_truths_is_refused_but_an_empty_truth_is_not(tmp_path):
+    ok = _tiny(tmp_path, [("a", "a.nii", 0, 1, "train"), ("a", "b.nii", 0, "", "train")])
+    assert len(read_manifest(ok)) == 2
+    bad = _tiny(tmp_path, [("a", "a.nii", 0, 1, "train"), ("a", "b.nii", 0, 0, "train")])
+    with pytest.raises(ManifestError, match="column truth: .*subject a: 1 on line 2, 0 on "
+                                            "line 3"):
+        read_manifest(bad)
+
+
+def test_an_exact_duplicate_row_is_refused(tmp_path):
+    path = _tiny(tmp_path, [("a", "a.nii", 1, 1, "train"), ("b", "b.nii", 0, 0, "val"),
+                            ("a", "a.nii", 1, 1, "train")])
+    with pytest.raises(ManifestError, match=r"the same row is given more than once \(lines "
+                                            r"2, 4\).*count its scan twice"):
+        read_manifest(path)
+
+
+def test_one_scan_on_two_rows_is_refused(tmp_path):
+    path = _tiny(tmp_path, [("a", "x/a.nii", 1, 1, "train"), ("b", "x/../x/a.nii", 0, 0,
+                                                              "train")])
+    with pytest.raises(ManifestError, match=r"expected each scan once; found the same scan "
+                                            r"on several rows \(x/a.nii on lines 2, 3\)"):
+        read_manifest(path)

@@ -7,8 +7,10 @@ import nibabel as nib
 import numpy as np
 import pandas as pd
 import pytest
+from typer.testing import CliRunner
 
 from adni_pu import atlas
+from adni_pu.cli.app import app
 from adni_pu.workflows.crossval import (
     fold_manifests,
     logistic_reference,
@@ -17,6 +19,8 @@ from adni_pu.workflows.crossval import (
 )
 from adni_pu.workflows.demo import DemoSettings, StageProgress
 from adni_pu.workflows.demo_report import coinciding, explanation, render_report, scope
+
+runner = CliRunner()
 
 
 def _manifest(n: int = 30, seed: int = 0) -> pd.DataFrame:
@@ -230,3 +234,35 @@ def test_paired_difference_is_paired_over_subjects_and_seeds():
     assert same["value"] == same["ci_low"] == same["ci_high"] == 0.0
     with pytest.raises(ValueError, match="one method only"):
         paired_difference(a, b.iloc[1:], n_boot=10)
+
+
+# ------------------------------------------------------------ a cohort too small for its folds
+
+
+def test_demo_refuses_a_cohort_too_small_for_its_folds_before_any_scan(tmp_path):
+    out = tmp_path / "demo"
+    result = runner.invoke(app, ["demo", "--subjects", "18", "--out", str(out)])
+    assert result.exit_code == 2
+    text = result.output.strip()
+    assert text.startswith("error: --subjects 18: fold ") and "has no labelled positive" in text
+    assert "the smallest --subjects that works with --folds 2 and --seed 0 is 32" in text
+    assert not out.exists()  # nothing generated, nothing preprocessed
+
+
+def test_the_composition_check_agrees_with_the_folds_the_demo_builds():
+    from adni_pu.workflows.crossval import fold_frames
+    from adni_pu.workflows.demo import (
+        DemoSettings,
+        check_composition,
+        fold_composition,
+        synthetic_manifest,
+    )
+
+    settings = DemoSettings(subjects=32)
+    check_composition(settings)  # the smallest that works: accepted
+    for n in (18, 32):  # one large build, cut to n subjects, gives the n-subject cohort
+        alone, _ = synthetic_manifest(settings, n)
+        big, ids = synthetic_manifest(settings, 40)
+        cut = big[big["subject_id"].isin(ids[:n])].reset_index(drop=True)
+        assert sorted(alone["subject_id"]) == sorted(cut["subject_id"])
+        assert (fold_composition(fold_frames(alone, 2, 0)) is None) == (n == 32)

@@ -1,4 +1,4 @@
-"""Issue 52, item 8: Grad-CAM maps show the model, not the architecture.
+"""Grad-CAM (adni_pu.interpret): maps show the model, not the architecture.
 
 Each branch's map goes where that branch looked and keeps its sign: a network whose only
 informative branch is the right hippocampus box gets its whole map there, whichever way

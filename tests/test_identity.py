@@ -1,9 +1,10 @@
-"""Issue 52, identity by what things are (hostile round 4, findings 3, 4 and 7).
+"""Identity by what things are (adni_pu.cohort.ids, adni_pu.data.image_identity, the leakage
+guard of adni_pu.cohort.leakage).
 
-An image is the same image whatever file holds it (3: a gunzipped or re-gzipped copy of a
-test scan in train; 7: one scan twice in train through a symlink), and a subject is the
-same subject whatever the spelling of its PTID (4: ``ADNI_002_S_0004``, ``002-S-0004``).
-Each test reproduces its finding on tiny synthetic inputs and checks the fixed behaviour.
+An image is the same image whatever file holds it (a gunzipped or re-gzipped copy of a
+test scan in train; one scan twice in train through a symlink), and a subject is the
+same subject whatever the spelling of its PTID (``ADNI_002_S_0004``, ``002-S-0004``).
+Tiny synthetic inputs.
 """
 
 from __future__ import annotations
@@ -132,6 +133,12 @@ def _cfg():
     return load_volume_config(None, tiny_overrides(1), preset="naive")
 
 
+def _manifest(cohort, frame: pd.DataFrame, name: str) -> Path:
+    path = cohort["root"] / name
+    frame.to_csv(path, index=False)
+    return path
+
+
 def _with(cohort, extra: list[pd.Series], name: str, frame: pd.DataFrame | None = None
           ) -> Path:
     rows = cohort["frame"] if frame is None else frame
@@ -246,9 +253,9 @@ def test_evaluate_counts_a_test_subject_spelled_two_ways_once(cohort, trained, t
     rows.loc[second, "subject_id"] = "ADNI_" + sid
     other = tmp_path / "spelled.csv"
     rows.to_csv(other, index=False)
-    result = evaluate_run(trained, "test", manifest=other, n_boot=0, out=tmp_path / "ev")
+    result = evaluate_run(trained, "test", manifest=other, n_boot=0, out=tmp_path / "eval")
     assert result["n_subjects"] == frame.loc[frame["split"] == "test", "subject_id"].nunique()
-    subjects = pd.read_csv(tmp_path / "ev" / "predictions_subjects.csv",
+    subjects = pd.read_csv(tmp_path / "eval" / "predictions_subjects.csv",
                            dtype={"subject_id": str})
     assert (subjects["subject_id"] == sid).sum() == 1
 
@@ -310,3 +317,75 @@ def test_preprocessing_refuses_one_subject_and_session_under_two_spellings(tmp_p
     listing.write_text("subject,session,path\n002_S_0004,bl,a.nii\n"
                        "ADNI_002_S_0004,m12,b.nii\n")
     assert len(discover_scans(listing)) == 2  # another session of the subject is fine
+
+
+# --------------------------------------------------------------------------- leakage by canonical id
+
+
+def test_canonical_id_covers_both_adni_spellings():
+    assert normalise_subject_id("002_S_0004") == normalise_subject_id("sub-ADNI002S0004") \
+        == "002_S_0004"
+
+
+def test_train_refuses_a_test_scan_listed_in_train_under_another_id(cohort, tmp_path):
+    frame = cohort["frame"]
+    test = frame[frame["split"] == "test"].iloc[0]
+    shutil.copy(cohort["root"] / test["scan_path"], cohort["root"] / "vol" / "copy.nii")
+    extra = test.copy()
+    extra[["subject_id", "scan_path", "split"]] = ["999_S_9999", "vol/copy.nii", "train"]
+    path = _manifest(cohort, pd.concat([frame, extra.to_frame().T]), "leak_content.csv")
+    with pytest.raises(LeakageError) as info:
+        train_volumes(path, _cfg(), tmp_path / "run")
+    text = str(info.value)
+    for part in ("999_S_9999", test["subject_id"], "vol/copy.nii", test["scan_path"],
+                 "['test', 'train']", f"line {len(frame) + 2}"):
+        assert part in text, part
+    assert not (tmp_path / "run").exists()  # refused before the run folder
+
+
+def test_train_refuses_one_subject_spelled_two_ways_in_train_and_val(cohort, tmp_path):
+    frame = cohort["frame"].copy()
+    val = frame.index[frame["split"] == "val"][0]
+    train = frame.index[frame["split"] == "train"][3]
+    frame.loc[train, "subject_id"] = "002_S_0004"
+    frame.loc[val, "subject_id"] = "sub-ADNI002S0004"
+    path = _manifest(cohort, frame, "leak_id.csv")
+    with pytest.raises(LeakageError, match=r"subject 002_S_0004: \['train', 'val'\]") as info:
+        train_volumes(path, _cfg(), tmp_path / "run")
+    assert "as 'sub-ADNI002S0004'" in str(info.value)
+    assert not (tmp_path / "run").exists()
+
+
+def test_evaluate_refuses_a_training_scan_under_another_id(cohort, trained, tmp_path):
+    record = pd.read_csv(trained / "scans.csv", dtype=str)
+    assert set(record["split"]) == {"train", "val"} and record["sha256"].str.startswith(
+        "sha256:").all()
+    frame = cohort["frame"]
+    seen = frame[frame["split"] == "train"].iloc[2]
+    shutil.copy(cohort["root"] / seen["scan_path"], tmp_path / "copy.nii")
+    extra = seen.copy()
+    extra[["subject_id", "scan_path", "split"]] = ["999_S_9999", str(tmp_path / "copy.nii"),
+                                                   "test"]
+    rows = frame.assign(scan_path=[str(cohort["root"] / p) for p in frame["scan_path"]])
+    other = tmp_path / "other.csv"
+    pd.concat([rows, extra.to_frame().T]).to_csv(other, index=False)
+    with pytest.raises(LeakageError, match="same image") as info:
+        evaluate_run(trained, "test", manifest=other, n_boot=0)
+    assert "999_S_9999" in str(info.value) and seen["scan_path"] in str(info.value)
+    assert "run's training split" in str(info.value)
+
+
+def test_evaluate_of_a_run_without_its_scan_record_still_compares_canonical_ids(
+        cohort, trained, tmp_path):
+    run = tmp_path / "old-run"
+    shutil.copytree(trained, run)
+    (run / "scans.csv").unlink()  # a run made before the record existed
+    frame = cohort["frame"]
+    rows = frame.assign(scan_path=[str(cohort["root"] / p) for p in frame["scan_path"]])
+    val = rows.index[rows["split"] == "val"][0]
+    number = rows.loc[val, "subject_id"].replace("_S_", "S")
+    rows.loc[val, ["subject_id", "split"]] = [f"sub-ADNI{number}", "test"]
+    other = tmp_path / "other.csv"
+    rows.to_csv(other, index=False)
+    with pytest.raises(LeakageError, match="validation split, which chose the model"):
+        evaluate_run(run, "test", manifest=other, n_boot=0)

@@ -12,6 +12,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import tiny_mnist_benchmark
+from typer.testing import CliRunner
+
+from adni_pu.cli.app import app
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -86,3 +90,50 @@ def test_ctrl_c_names_the_user(tmp_path):
     code, err = _stop(tmp_path, "demo", signal.SIGINT)
     assert code == 130, err
     assert err.strip().splitlines()[-1].startswith("interrupted by the user (Ctrl-C); ")
+
+
+# --------------------------------------------------------------------------- in-process Ctrl-C
+# KeyboardInterrupt inside a command (Typer's test runner): one line, exit 130, and what
+# a benchmark keeps for its rerun.
+
+
+def test_ctrl_c_in_a_benchmark_says_what_is_kept_and_the_rerun_continues(
+        tmp_path: Path, monkeypatch) -> None:
+    from adni_pu.workflows import benchmark
+
+    args = [*tiny_mnist_benchmark(tmp_path, monkeypatch), "--seeds", "2"]
+    finish = benchmark.seed_result
+
+    def stopped_in_seed_1(spec, seed, *rest, **kw):  # Ctrl-C once seed 1 has trained
+        if seed == 1:
+            raise KeyboardInterrupt
+        return finish(spec, seed, *rest, **kw)
+
+    monkeypatch.setattr(benchmark, "seed_result", stopped_in_seed_1)
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 130
+    bm = tmp_path / "bm"
+    line = result.output.strip().splitlines()[-1]
+    assert line == ("interrupted by the user (Ctrl-C); kept seed 0: "
+                    f"{bm / 'seed0' / 'result.json'}; seed 1: the checkpoint of its last finished epoch "
+                    f"({bm / 'seed1' / 'checkpoints' / 'last.pt'}); run the same command "
+                    "again to continue from there")
+    monkeypatch.setattr(benchmark, "seed_result", finish)
+    again = CliRunner().invoke(app, args)
+    assert again.exit_code == 0, again.output
+    assert "seed 0: already done" in again.output
+    assert (bm / "results.json").is_file()
+
+
+def test_ctrl_c_in_any_command_is_one_line_and_exit_130(monkeypatch) -> None:
+    from adni_pu.workflows import evaluate
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(evaluate, "evaluate_run", interrupted)
+    result = CliRunner().invoke(app, ["evaluate", "RUN"])
+    assert result.exit_code == 130
+    assert result.output.strip() == ("interrupted by the user (Ctrl-C); every file is written "
+                                     "whole or not at all, so nothing is left half-written; "
+                                     "run the command again")

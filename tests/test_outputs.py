@@ -1,7 +1,6 @@
-"""Every command owns its outputs (issue 52, "Every command owns its outputs"; hostile round 4,
-findings 6, 8, 9, 10, 15, 16, 18, 20, 24, 25): the run folder's one layout, the registry of
-the names each command writes, ``--out`` that never replaces a file the command did not
-write, and the folder lock of every writing command."""
+"""Every command owns its outputs (workflows.run_folder, adni_pu.outputs, adni_pu.locking): the
+run folder's one layout, the registry of the names each command writes, ``--out`` that
+never replaces a file the command did not write, and the folder lock of every writing command."""
 
 from __future__ import annotations
 

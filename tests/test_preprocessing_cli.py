@@ -105,3 +105,17 @@ def test_refused_input_leaves_no_output_folder(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["preprocess", str(tmp_path / "in"), str(tmp_path / "o")])
     assert result.exit_code == 2 and "found no scans" in result.output, result.output
     assert not (tmp_path / "o").exists()
+
+
+# ------------------------------------------------------------ adni-pu qc of a missing folder
+
+
+def test_qc_of_a_folder_that_does_not_exist_says_so(tmp_path: Path) -> None:
+    missing = tmp_path / "nothing here"
+    result = CliRunner().invoke(app, ["qc", str(missing)])
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines()[-1].startswith(f"error: folder not found: {missing}")
+    (tmp_path / "file").write_text("x")
+    result = CliRunner().invoke(app, ["qc", str(tmp_path / "file")])
+    assert result.exit_code == 2 and "expected a folder" in result.output
+    assert not missing.exists()

@@ -16,6 +16,7 @@ from adni_pu.preprocessing.io import (
     discover_scans,
     from_canonical,
     load_scan,
+    read_scan_list_csv,
     to_canonical,
     write_outputs,
 )
@@ -281,3 +282,18 @@ def test_discovery_modules_form_no_import_circle() -> None:
     assert "io" not in relative_imports("adni_layout")
     assert {"scans", "adni_layout"} <= relative_imports("io")
     assert prep.Scan is __import__("adni_pu.preprocessing.scans", fromlist=["Scan"]).Scan
+
+
+# ------------------------------------------------------------ subjects without letters or digits
+
+
+@pytest.mark.parametrize("subject", ["..", "  ", "-"])
+def test_a_csv_subject_without_letters_or_digits_names_its_line(tmp_path: Path,
+                                                                subject: str) -> None:
+    listing = tmp_path / "scans.csv"
+    listing.write_text(f"subject,path\nok1,a.nii.gz\n{subject},b.nii.gz\n")
+    with pytest.raises(ScanError, match=r"scans.csv: line 3: column subject: expected an id"):
+        read_scan_list_csv(listing)
+    listing.write_text("subject,session,path\n患者,基线,a.nii.gz\nok,1,\n", encoding="utf-8")
+    with pytest.raises(ScanError, match="line 3: column path"):
+        read_scan_list_csv(listing)

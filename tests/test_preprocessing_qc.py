@@ -6,12 +6,26 @@ Colin27 head in ../shared/data and skip when it is absent.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import nibabel as nib
 import numpy as np
 import pytest
 from conftest import shared_path
 
-from adni_pu.preprocessing.config import PreprocessConfig, QCSettings
+from adni_pu.preprocessing import (
+    PreprocessConfig,
+    Scan,
+    load_config,
+    output_paths,
+    preprocess_scan,
+)
+from adni_pu.preprocessing.config import QCSettings
+from adni_pu.preprocessing.intensity import intensity_floor, normalise
+from adni_pu.preprocessing.phantom import synthetic_head
 from adni_pu.preprocessing.qc import (
+    brain_noise,
     edge_profile,
     mask_edge_contrast,
     mask_edge_offset_mm,
@@ -287,3 +301,133 @@ def test_colin27_with_a_header_flipped_front_to_back_fails_qc(tmp_path) -> None:
     assert row["status"] == "failed-qc", row
     side = next((tmp_path / "out").glob("sub-*/ses-*/anat/*_desc-preproc_T1w.json"))
     assert "template_end_coverage" in side.read_text()
+
+
+# ------------------------------------------------------------ a scan stored with an intensity offset
+
+
+def _mask_metrics(data: np.ndarray, brain: np.ndarray, spacing: tuple[float, ...]) -> dict:
+    return {"brain_volume_ml": 1500.0,
+            "mask_edge_contrast": mask_edge_contrast(data, brain, spacing),
+            "mask_edge_offset_mm": mask_edge_offset_mm(data, brain, spacing),
+            "brain_noise": brain_noise(data, brain, spacing)}
+
+
+@pytest.mark.parametrize("noise", [0.02, 0.15])
+def test_qc_of_a_head_stored_with_an_offset_is_that_of_the_head(noise) -> None:
+    """The issue's int16 ``x * 10 - 1000``: the noise and edge checks read 0 (and passed)
+    whatever the head; now they read what the head reads, and decide alike."""
+    head = synthetic_head(noise=noise, seed=3)
+    spacing = (3.0, 3.0, 3.0)
+    plain = _mask_metrics(head.data, head.brain, spacing)
+    for stored in (np.round(head.data * 10 - 1000).astype(np.int16), head.data + 500.0):
+        shifted = _mask_metrics(stored, head.brain, spacing)
+        for name, value in plain.items():
+            assert shifted[name] == pytest.approx(value, rel=2e-3, abs=2e-3), name
+        assert qc_checks(shifted, QCSettings()) == qc_checks(plain, QCSettings())
+    refused = qc_checks(plain, QCSettings())
+    assert (noise > 0.1) == any("too noisy" in p for p in refused), (plain, refused)
+    # the registration check's correlation with the template does not move either
+    t2n = np.linalg.inv(head.native_to_template)
+    a = registration_metrics(head.data, head.brain, head.affine, t2n, 4.0)
+    b = registration_metrics(head.data * 10 - 1000, head.brain, head.affine, t2n, 4.0)
+    assert a == pytest.approx(b, abs=2e-4)
+
+
+def test_a_brain_mask_no_brighter_than_the_air_fails_the_checks() -> None:
+    """A 0 used to mean "fine" when the brain read <= 0; a mask on the air now fails."""
+    head = synthetic_head(noise=0.02)
+    spacing = (3.0, 3.0, 3.0)
+    air = np.zeros_like(head.brain)
+    air[:14, :14, :14] = True  # a corner of the field of view: air only
+    noise = brain_noise(head.data, air, spacing)
+    assert noise == float("inf")
+    problems = qc_checks({"brain_volume_ml": 1500.0, "brain_noise": noise}, QCSettings())
+    assert problems == ["the brain is no brighter than the air: no usable signal"]
+    # an offset that makes the air negative changes nothing
+    assert brain_noise(head.data - 50, air, spacing) == float("inf")
+
+
+def test_intensity_floor_is_the_air_and_follows_an_offset() -> None:
+    head = synthetic_head(noise=0.02)
+    assert intensity_floor(head.data) == 0.0  # the phantom's air is clipped at 0
+    assert intensity_floor(head.data * 3 - 70) == pytest.approx(-70, abs=1e-3)
+    mask = head.brain
+    x = head.data.astype(np.float64)
+    settings = PreprocessConfig().intensity
+    assert np.allclose(normalise(x * 7 - 300, mask, settings), normalise(x, mask, settings),
+                       atol=1e-6)
+
+
+FAST = ['skullstrip.method="template"', "registration.resolution_mm=4.0",
+        "registration.iterations=[30, 10]", "registration.shrink_factors=[2, 1]",
+        "registration.smoothing_sigmas=[1.0, 0.0]", "grid.spacing_mm=3.0",
+        "grid.shape=[61, 73, 61]", "qc.min_brain_ml=100"]
+
+
+def test_model_input_of_a_scan_stored_with_an_offset_is_that_of_the_scan(
+        tmp_path: Path, monkeypatch) -> None:
+    """N4 (on), the fill around the brain before resampling and the normalisation: the
+    same head stored as ``x * 10 - 1000`` gives the same model input and QC. The brain
+    mask and the registration are held fixed (the true mask and the true transform, the
+    identity), since ANTs itself answers a scaled image with a transform a few hundredths
+    of a mm away."""
+    import ants
+
+    from adni_pu.preprocessing import registration as R
+    from adni_pu.preprocessing import skullstrip
+
+    head = synthetic_head(spacing=4.0, shape=(48, 57, 48), bias_strength=0.3, seed=1)
+    assert np.allclose(head.native_to_template, np.eye(4))
+    mat = tmp_path / "identity.mat"
+    ants.write_transform(ants.create_ants_transform(transform_type="AffineTransform",
+                                                    dimension=3), str(mat))
+    fit = R.Registration(fwd=[str(mat)], inv=[str(mat)], inv_invert=[True],
+                         template_to_native=np.eye(4), similarity=1.0, workdir=str(tmp_path),
+                         files={"affine.mat": mat.read_bytes()})
+    monkeypatch.setattr(R, "register_to_template", lambda *args, **kwargs: fit)
+    monkeypatch.setattr(R, "cleanup", lambda reg: None)
+    monkeypatch.setattr(skullstrip, "skull_strip", lambda data, *a, **k: head.brain.copy())
+    # the true mask of a 4 mm head ends a voxel short of where the check wants it
+    cfg = load_config(None, [*FAST, "qc.max_mask_edge_offset_mm=3.0"])
+    out: dict[str, tuple[np.ndarray, dict]] = {}
+    for name, data in (("plain", head.data), ("shifted", head.data * 10 - 1000)):
+        path = tmp_path / f"{name}.nii.gz"
+        nib.save(nib.Nifti1Image(data.astype(np.float32), head.affine), str(path))
+        row = preprocess_scan(path, tmp_path / "out", cfg)
+        assert row["status"] == "done", row["error"]
+        side = json.loads(output_paths(Scan(name, "01", path), tmp_path / "out")
+                          ["sidecar"].read_text())
+        out[name] = (nib.load(row["preprocessed_path"]).get_fdata(), side)
+    (a, side_a), (b, side_b) = out["plain"], out["shifted"]
+    assert np.abs(a - b).max() < 1e-3
+    assert side_b["input"]["intensity_floor"] == pytest.approx(-1000, abs=1e-2)
+    for name in ("mask_edge_contrast", "mask_edge_offset_mm", "brain_noise",
+                 "registration_similarity"):
+        assert side_b["qc"][name] == pytest.approx(side_a["qc"][name], abs=2e-3), name
+
+
+def _rician(data: np.ndarray, fraction: float, seed: int) -> np.ndarray:
+    """Rician noise of sigma = ``fraction`` of the 99th intensity percentile."""
+    rng = np.random.default_rng(seed)
+    sigma = fraction * float(np.percentile(data, 99))
+    real = data + rng.normal(0, sigma, data.shape)
+    return np.sqrt(real**2 + rng.normal(0, sigma, data.shape) ** 2).astype(np.float32)
+
+
+@pytest.mark.integration
+def test_colin27_stored_with_an_offset_is_judged_as_colin27() -> None:
+    """The issue's reproduction: Colin27 at 2 mm, clean and with 15 % Rician noise, as
+    int16 ``x * 10 - 1000``."""
+    from test_preprocessing_qc import _colin27_2mm
+
+    shared_path("mri", "colin27")
+    data, brain, _affine = _colin27_2mm()
+    spacing = (2.0, 2.0, 2.0)
+    for image in (data, _rician(data, 0.15, 3)):
+        plain = _mask_metrics(image, brain, spacing)
+        shifted = _mask_metrics(np.round(image * 10 - 1000).astype(np.int16), brain, spacing)
+        for name, value in plain.items():
+            assert shifted[name] == pytest.approx(value, rel=2e-3, abs=2e-3), name
+        assert qc_checks(shifted, QCSettings()) == qc_checks(plain, QCSettings())
+    assert plain["brain_noise"] > QCSettings().max_brain_noise  # the noisy one is refused

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import errno
 import json
+import os
+import pathlib
 from pathlib import Path
 
 import nibabel as nib
 import numpy as np
 import pandas as pd
 import pytest
+from typer.testing import CliRunner
 
+from adni_pu.cli.app import app
+from adni_pu.errors import ConfigError, OutputError
 from adni_pu.preprocessing import (
     PreprocessConfig,
     Scan,
@@ -20,6 +25,7 @@ from adni_pu.preprocessing import (
     run_preprocessing,
 )
 from adni_pu.preprocessing import pipeline as pipe
+from adni_pu.preprocessing.io import discover_scans
 from adni_pu.preprocessing.phantom import synthetic_head
 from adni_pu.preprocessing.runner import shard_scans
 from adni_pu.preprocessing.summary import SUMMARY_COLUMNS, parse_shard
@@ -360,7 +366,7 @@ def test_last_shard_merges_the_shard_summaries(tmp_path: Path, monkeypatch) -> N
 
 def test_resume_keys_on_the_file_and_its_content_not_the_path_as_typed(
         tmp_path: Path, monkeypatch) -> None:
-    """Hostile round 4, finding 13: a rerun from another working folder, or through a link,
+    """A rerun from another working folder, or through a link,
     skips the scan; a copy with the same content is reused with a note; new content at the
     same path, or another file's content, is redone."""
     import shutil
@@ -394,3 +400,158 @@ def test_resume_keys_on_the_file_and_its_content_not_the_path_as_typed(
     replaced = run_preprocessing([Scan("s1", "bl", Path("other.nii"))], Path("rel/out"), cfg)
     assert list(replaced.status) == ["done"] and calls == ["s1", "s1", "s1"]
     assert "the input changed since its outputs were made" in replaced.note[0]
+
+
+# ---------------------------------------- inputs that are outputs, a full disk, odd names
+
+
+def _earlier_outputs(out: Path, subject: str = "s1") -> dict[str, Path]:
+    """A scan's outputs as an earlier run left them (each file holds its own name)."""
+    paths = output_paths(Scan(subject, "01", out / "x.nii.gz"), out)
+    for path in paths.values():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(path.name.encode())
+    return paths
+
+
+def _intact(paths: dict[str, Path]) -> bool:
+    return all(p.read_bytes() == p.name.encode() for p in paths.values())
+
+
+def test_an_output_given_back_as_input_is_refused_and_never_deleted(tmp_path: Path) -> None:
+    """The case reported: an already-preprocessed volume whose output path is itself. The
+    read failed (or QC did) and the cleanup of the "older volume" deleted it and its masks."""
+    out = tmp_path / "out"
+    paths = _earlier_outputs(out)
+    with pytest.raises(OutputError, match="this scan's own input") as err:
+        run_preprocessing(paths["preproc"], out, PreprocessConfig(), progress=False)
+    assert "nothing was processed" in str(err.value)
+    assert _intact(paths) and not (out / "summary.csv").exists()
+    # the library's one-scan call refuses it too, and writes nothing
+    row = preprocess_scan(paths["preproc"], out, PreprocessConfig())
+    assert row["status"] == "failed" and "own input" in row["error"]
+    assert _intact(paths)
+
+
+def test_a_hard_link_to_an_output_is_the_same_input(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    paths = _earlier_outputs(out)
+    (tmp_path / "in").mkdir()
+    link = tmp_path / "in" / "s1.nii.gz"
+    os.link(paths["brainmask_native"], link)
+    row = preprocess_scan(link, out, PreprocessConfig())
+    assert row["status"] == "failed" and "brainmask_native" in row["error"], row
+    assert _intact(paths)
+
+
+def test_a_csv_listing_another_scans_output_is_refused(tmp_path: Path, monkeypatch) -> None:
+    """Scan s1's cleanup would delete the file the CSV gives as scan s2."""
+    calls: list[str] = []
+    monkeypatch.setattr(pipe, "_run_steps", _fake_steps(calls))
+    out = tmp_path / "out"
+    paths = _earlier_outputs(out)
+    (tmp_path / "s1.nii.gz").write_bytes(b"scan")
+    listing = tmp_path / "scans.csv"
+    listing.write_text(f"subject,path\ns1,s1.nii.gz\ns2,{paths['cerebellum_native']}\n")
+    with pytest.raises(OutputError, match=f"is the input {paths['cerebellum_native']}"):
+        run_preprocessing(listing, out, PreprocessConfig(), progress=False)
+    assert calls == [] and _intact(paths)
+
+
+def test_the_runs_own_summary_as_its_input_is_refused(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(pipe, "_run_steps", _fake_steps([]))
+    (tmp_path / "a.nii.gz").write_bytes(b"scan")
+    out = tmp_path / "out"
+    run_preprocessing(tmp_path / "a.nii.gz", out, PreprocessConfig(), progress=False)
+    before = (out / "summary.csv").read_bytes()
+    with pytest.raises(OutputError, match="run's own summary.csv"):
+        run_preprocessing(out / "summary.csv", out, PreprocessConfig(), progress=False)
+    assert (out / "summary.csv").read_bytes() == before
+
+
+def test_the_cleanup_spares_an_input(tmp_path: Path) -> None:
+    from adni_pu.preprocessing.output_checks import InputIndex
+
+    paths = _earlier_outputs(tmp_path / "out")
+    pipe._remove_stale(paths, keep=(), spare=InputIndex([paths["qc"]]))
+    assert [p for p in paths.values() if p.exists()] == [paths["qc"]]
+
+
+def test_a_full_disk_on_the_settings_file_is_one_line_naming_it(tmp_path: Path,
+                                                                monkeypatch) -> None:
+    """ENOSPC from the writer carries no file name: the command line showed a traceback."""
+    real = pathlib.Path.write_text
+
+    def full(self, *args, **kwargs):
+        if self.name.startswith(".preprocess_config.toml."):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(pathlib.Path, "write_text", full)
+    (tmp_path / "a.nii.gz").write_bytes(b"scan")
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["preprocess", str(tmp_path / "a.nii.gz"), str(out),
+                                      "--no-progress"])
+    assert result.exit_code == 2, result.output
+    assert isinstance(result.exception, SystemExit)  # no traceback
+    line = result.output.strip().splitlines()[-1]
+    assert line == f"error: {out / 'preprocess_config.toml'}: No space left on device"
+    assert not out.exists() or not any(p.name.startswith(".preprocess") for p in out.iterdir())
+
+
+def test_a_name_without_ascii_letters_gets_a_stable_label_and_the_batch_goes_on(
+        tmp_path: Path, monkeypatch) -> None:
+    calls: list[str] = []
+    monkeypatch.setattr(pipe, "_run_steps", _fake_steps(calls))
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    for name in ("患者", "ok1", "病人"):
+        (inputs / f"{name}.nii.gz").write_bytes(name.encode())
+    scans = {s.subject_id: s for s in discover_scans(inputs)}
+    assert scans["患者"].label != scans["病人"].label
+    assert scans["患者"].label.startswith("sub-hash") and scans["ok1"].label == "sub-ok1_ses-01"
+    out = tmp_path / "out"
+    summary = run_preprocessing(inputs, out, PreprocessConfig(), progress=False)
+    assert sorted(summary.status) == ["done"] * 3
+    row = summary.set_index("subject_id").loc["患者"]
+    assert row["input_path"].endswith("患者.nii.gz")
+    side = json.loads(output_paths(scans["患者"], out)["sidecar"].read_text())
+    assert side["subject_id"] == "患者" and side["scan_label"] == scans["患者"].label
+    again = run_preprocessing(inputs, out, PreprocessConfig(), progress=False)
+    assert sorted(again.status) == ["skipped"] * 3  # the label is the same from run to run
+
+
+@pytest.mark.parametrize("value", ["[0, 0, 0]", "[-1, 121, 121]", "[121, 145]",
+                                   "[8, 145, 121]"])
+def test_a_grid_of_no_voxels_is_refused_before_any_work(tmp_path: Path, value: str) -> None:
+    with pytest.raises(ConfigError, match="grid.shape"):
+        load_config(None, [f"grid.shape={value}"])
+    (tmp_path / "a.nii.gz").write_bytes(b"scan")
+    result = CliRunner().invoke(app, ["preprocess", str(tmp_path / "a.nii.gz"),
+                                      str(tmp_path / "out"), "--set", f"grid.shape={value}"])
+    assert result.exit_code == 2 and "grid.shape" in result.output
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(ConfigError, match="grid.spacing_mm"):
+        load_config(None, ["grid.spacing_mm=0"])
+
+
+def test_a_name_too_long_for_the_file_system_fails_only_that_scan_up_front(
+        tmp_path: Path, monkeypatch) -> None:
+    calls: list[str] = []
+    monkeypatch.setattr(pipe, "_run_steps", _fake_steps(calls))
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    long_name = "a" * 240
+    (inputs / f"{long_name}.nii.gz").write_bytes(b"scan")
+    (inputs / "ok1.nii.gz").write_bytes(b"scan")
+    out = tmp_path / "out"
+    summary = run_preprocessing(inputs, out, PreprocessConfig(), progress=False).set_index(
+        "subject_id")
+    assert calls == ["ok1"]  # the long one never started
+    assert summary.loc["ok1", "status"] == "done"
+    bad = summary.loc[long_name]
+    assert bad["status"] == "failed" and "too long" in bad["error"]
+    from adni_pu.preprocessing.output_checks import name_max
+
+    assert f"{long_name}.nii.gz" in bad["error"] and f"limit of {name_max(out)}" in bad["error"]
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["sub-ok1"]  # no empty one

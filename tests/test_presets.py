@@ -74,3 +74,17 @@ def test_meta_bn_preset_and_fingerprint_of_earlier_checkpoints():
     # checkpoints written before it resume; another value is another run
     assert "meta_bn" not in config_fingerprint(base)
     assert '"meta_bn": "running"' in config_fingerprint(running)
+
+
+@pytest.mark.parametrize(("name", "method", "rest", "reweight", "share"), [
+    ("selfpu-band", "selfpu", "band", "shrink", 0.0),
+    ("selfpu-mean-one", "selfpu", "prior", "mean-one", 0.0),
+    ("selfpu-positive-share", "selfpu", "prior", "shrink", 0.125),
+    ("nnpu-positive-share", "nnpu", "prior", "shrink", 0.125),
+    ("selfpu", "selfpu", "prior", "shrink", 0.0),
+])
+def test_risk_setting_presets(name, method, rest, reweight, share):
+    """The presets of the risk settings (tests/test_pu_risks.py) switch on what they name."""
+    cfg = cfgmod.from_dict(TrainConfig, preset_settings(name))
+    assert (cfg.method, cfg.selfpu.rest_risk, cfg.selfpu.reweight_risk, cfg.positive_share) == (
+        method, rest, reweight, share)

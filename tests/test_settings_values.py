@@ -1,4 +1,6 @@
-"""Settings given as values by library code, and derived values computed in one explicit step."""
+"""Settings (adni_pu.config, workflows.volume_settings): values given by library code, derived
+values computed in one explicit step, ranges held whether a setting comes from a file, a
+``--set`` or code, and a bad ``--set`` blamed on the ``--set``."""
 
 from __future__ import annotations
 
@@ -6,14 +8,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from adni_pu import config as cfgmod
+from adni_pu.cli.app import app
+from adni_pu.errors import ConfigError
 from adni_pu.workflows.benchmark import BenchmarkSpec, resolve_config
 from adni_pu.workflows.volume_settings import (
     VolumeTrainConfig,
     load_volume_config,
     with_derived_values,
 )
+
+runner = CliRunner()
 
 
 @dataclass
@@ -134,3 +141,69 @@ def test_demo_preprocessing_and_cohort_settings_as_values_equal_the_old_strings(
     assert cohort == load_cohort_config(None, ["split.seed=3", "split.test_fraction=0.25"],
                                         preset="centiloid")
     assert cohort.split.seed == 3 and cohort.preset == "centiloid"
+
+
+# --------------------------------------------------------------------------- ranges and --set
+
+
+@pytest.mark.parametrize("override, message", [
+    ("train.lr=-0.01", "--set train.lr=-0.01: expected a number > 0, found -0.01"),
+    ("train.lr=0", "--set train.lr=0: expected a number > 0, found 0"),
+    ("train.beta=-1", "--set train.beta=-1: expected a number >= 0, found -1"),
+    ("train.epochs=-1", "--set train.epochs=-1: expected an integer >= 1, found -1"),
+    ("train.batch_size=0", "--set train.batch_size=0: expected an integer >= 2, found 0"),
+    ("train.selfpu.ema_decay=1", "--set train.selfpu.ema_decay=1: expected a number in "
+                                 "[0, 1), found 1"),
+    ("bootstrap=-1", "--set bootstrap=-1: expected an integer >= 0, found -1"),
+])
+def test_settings_out_of_range_are_refused_in_one_line(override, message):
+    with pytest.raises(ConfigError) as info:
+        load_volume_config(None, [override])
+    assert str(info.value) == message
+
+
+def test_settings_made_directly_are_held_to_the_ranges_too():
+    from adni_pu.pu.config import TrainConfig
+
+    with pytest.raises(ConfigError, match="lr=-1: expected a number > 0, found -1"):
+        TrainConfig(lr=-1)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("lr=-1", "--set lr=-1: expected a number > 0, found -1"),
+    ("beta=-1", "--set beta=-1: expected a number >= 0, found -1"),
+])
+def test_benchmark_settings_out_of_range_are_refused(override, message):
+    from adni_pu.workflows.benchmark import BenchmarkSpec, resolve_config
+
+    spec = BenchmarkSpec(dataset="mnist", method="nnpu", overrides=[override])
+    with pytest.raises(ConfigError) as info:
+        resolve_config(spec, seed=0)
+    assert str(info.value) == message
+
+
+def test_evaluate_bootstrap_below_zero_is_refused_before_any_work(tmp_path):
+    result = runner.invoke(app, ["evaluate", str(tmp_path / "no-run"), "--bootstrap", "-1"])
+    assert result.exit_code == 2
+    assert result.output.strip() == "error: --bootstrap: expected an integer >= 0, found -1"
+
+
+def test_a_bad_set_value_is_blamed_on_the_set_not_the_settings_file(tmp_path):
+    """A --set that gives a bad value, a value of the wrong type or an unknown name is
+    blamed on the --set; the settings file's own mistake names the file."""
+    fast = tmp_path / "fast.toml"
+    fast.write_text("[train]\nepochs = 2\n")
+    with pytest.raises(ConfigError) as info:
+        load_volume_config(fast, ["prior=1.5"])
+    assert str(info.value) == "--set prior=1.5: expected a number in (0, 1), found 1.5"
+    with pytest.raises(ConfigError, match=r"^--set train.batch_size=abc: expected an integer, "
+                                          r"found 'abc'$"):
+        load_volume_config(fast, ["train.batch_size=abc"])
+    with pytest.raises(ConfigError, match=r"^--set train.batchsize=3: unknown setting"):
+        load_volume_config(fast, ["train.batchsize=3"])
+    fast.write_text("prior = 1.5\n")  # the file's own bad value is still the file's
+    with pytest.raises(ConfigError, match=f"^{fast}: prior: expected a number in"):
+        load_volume_config(fast, ["train.epochs=3"])
+    fast.write_text("[train]\nepochs = \"many\"\n")
+    with pytest.raises(ConfigError, match=r"fast.toml.train.epochs: expected an integer"):
+        load_volume_config(fast, ["train.batch_size=4"])

@@ -1,5 +1,5 @@
-"""``adni-pu synth``'s target folder and arguments (hostile round 4, findings 14, 17, 19, 21
-and 25): the umask's mode, an existing folder kept as it is, ``synth .``, SIGTERM and SIGINT
+"""``adni-pu synth``'s target folder and arguments: the umask's
+mode, an existing folder kept as it is, ``synth .``, SIGTERM and SIGINT
 leaving nothing, and bad arguments refused in one line."""
 
 from __future__ import annotations

@@ -230,6 +230,33 @@ def test_bf16_checkpoint_is_half_size_and_resumes(tiny_images, tmp_path):
                 assert b[key] == pytest.approx(value, rel=0.05), key
 
 
+def test_compiled_training_forward_is_wired_and_matches_eager(tiny_pu, monkeypatch):
+    """``compile = true`` runs each student's training forward through torch.compile, and
+    the losses equal eager ones. Fast: dynamo's ``eager`` backend (the graph is captured,
+    no code is generated) stands in for inductor; the slow test below compiles for real."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    real = torch.compile
+    wrapped: list[torch.nn.Module] = []
+
+    def eager_compile(model, **kwargs):
+        wrapped.append(model)
+        return real(model, backend="eager", **kwargs)
+
+    monkeypatch.setattr(torch, "compile", eager_compile)
+    torch._dynamo.reset()
+    counters.clear()
+    runs = [Trainer(tiny_config(method="nnpu", epochs=2, compile=c), tiny_pu)
+            for c in (False, True)]
+    assert wrapped == [st.model for st in runs[1].state.students]
+    for t in runs:
+        t.fit()
+    assert counters["stats"]["unique_graphs"] >= 1  # the forward ran as a captured graph
+    for a, b in zip(runs[0].state.history, runs[1].state.history, strict=True):
+        assert b["train/model/loss"] == pytest.approx(a["train/model/loss"], rel=1e-4)
+
+
 @pytest.mark.slow
 def test_compiled_training_forward_matches_eager(tiny_pu):
     """torch.compile (inductor on the CPU: about a minute of compilation)."""

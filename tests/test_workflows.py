@@ -259,6 +259,72 @@ def test_each_raw_scan_gets_its_own_preprocessing_folder(tmp_path, monkeypatch):
     assert preprocess_folder(work, Path("a/../a/T1.nii.gz")) == preprocess_folder(work, a)
 
 
+def test_predict_raw_scans_wiring_in_one_process(runs, tmp_path, monkeypatch):
+    """Predict on raw scans, fast (the slow test below runs the real preprocessing): the
+    pipeline's steps are replaced by one that writes a model-grid volume of the cohort,
+    chosen by the raw scan's first voxel, and the worker runs in this process. Each raw
+    scan gets its own folder and its own probability, the model input is the preprocessed
+    volume (scored as that volume alone), preprocessing uses the run's recorded settings,
+    one single-threaded worker, and a file replaced by another scan is preprocessed again."""
+    import gzip
+
+    import adni_pu.preprocessing as prep
+    import adni_pu.preprocessing.pipeline as pipe
+    import adni_pu.preprocessing.runner as prep_runner
+    from adni_pu.config import save
+
+    run = tmp_path / "run"
+    shutil.copytree(runs["root"] / "naive", run)
+    save(prep.load_config(None, RAW_FAST), run / "preprocess_config.toml")
+    vol = runs["manifest"].parent / "vol"
+    calls: list[tuple[Path, str]] = []
+
+    def in_process(jobs, config, workers, threads, collect, progress=False):
+        assert (workers, threads) == (1, 1)  # one single-threaded worker: reproducible
+        for scan, out in jobs:
+            collect(prep_runner._process_one(scan, str(out), config))
+
+    def grid_steps(scan, paths, config, timings):
+        index = int(np.asarray(nib.load(str(scan.path)).dataobj).flat[0])
+        calls.append((scan.path, config.skullstrip.method))
+        grid = nib.load(str(vol / f"sub-{index}_ses-bl_desc-preproc_T1w.nii"))
+        volume = nib.Nifti1Image(np.asarray(grid.dataobj), grid.affine)
+        timings["read"] = 0.0
+        files = {paths["preproc"]: gzip.compress(volume.to_bytes()),
+                 paths["brainmask_native"]: b"mask", paths["qc"]: b"png"}
+        return files, "done", [], {"qc": {"brain_volume_ml": 1200.0}}
+
+    monkeypatch.setattr(prep_runner, "run_in_workers", in_process)
+    monkeypatch.setattr(pipe, "_run_steps", grid_steps)
+    scans = []
+    for folder, index in (("a", 15), ("b", 16)):
+        raw = np.full((40, 48, 40), float(index), np.float32)
+        (tmp_path / folder).mkdir()
+        scans.append(tmp_path / folder / "T1.nii.gz")
+        nib.save(nib.Nifti1Image(raw, np.diag([3.0, 3.0, 3.0, 1.0])), scans[-1])
+    first = predict_scans(run, scans, work_dir=tmp_path / "w1")
+    assert list(first.status) == ["preprocessed", "preprocessed"], first.error.tolist()
+    assert [p for p, _ in calls] == [s.resolve() for s in scans]
+    assert {method for _, method in calls} == {"template"}  # the run's recorded settings
+    assert first.model_input[0] != first.model_input[1]
+    assert first.model_input[0].endswith("_desc-preproc_T1w.nii.gz")
+    assert Path(first.model_input[0]).parent != Path(first.model_input[1]).parent
+    sidecar = Path(first.model_input[0].replace("_T1w.nii.gz", "_T1w.json"))
+    assert json.loads(sidecar.read_text())["settings"]["skullstrip"]["method"] == "template"
+    direct = predict_scans(run, [vol / "sub-15_ses-bl_desc-preproc_T1w.nii",
+                                 vol / "sub-16_ses-bl_desc-preproc_T1w.nii"])
+    assert first.probability.tolist() == direct.probability.tolist()
+    assert first.probability[0] != first.probability[1]
+    again = predict_scans(run, [scans[0]], work_dir=tmp_path / "w2")
+    assert again.probability[0] == first.probability[0]
+    # another scan copied over a file predict has seen: preprocessed again, its own result
+    shutil.copy(scans[1], scans[0])
+    before = len(calls)
+    replaced = predict_scans(run, [scans[0]], work_dir=tmp_path / "w1")
+    assert len(calls) == before + 1
+    assert replaced.probability[0] == first.probability[1]
+
+
 @pytest.mark.slow  # three real preprocessing runs: about 60 s on the shared 2-core machine
 def test_predict_raw_scans_one_folder_each_and_reproducible(runs, tmp_path):
     """Two different raw scans with the same file name are preprocessed into their own
@@ -292,3 +358,66 @@ def test_predict_raw_scans_one_folder_each_and_reproducible(runs, tmp_path):
     shutil.copy(scans[1], scans[0])
     replaced = predict_scans(run, [scans[0]], work_dir=tmp_path / "w1")
     assert replaced.probability[0] == first.probability[1]
+
+
+# --------------------------------------------------------------------------- a failed train
+
+
+def _cfg():
+    return load_volume_config(None, tiny_overrides(1), preset="naive")
+
+
+class _FailingTrainer:
+    """A trainer whose first epoch fails (after the run folder's files are written)."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def check_resume(self):
+        return None
+
+    def fit(self):
+        raise RuntimeError("failed in the first epoch")
+
+
+def _fail_in_fit(monkeypatch):
+    import adni_pu.pu.trainer
+    import adni_pu.workflows.train as train_module
+
+    monkeypatch.setattr(adni_pu.pu.trainer, "Trainer", _FailingTrainer)
+    monkeypatch.setattr(train_module, "build_pu_data",  # no volumes read: seconds, not minutes
+                        lambda frame, base, cfg, prior: None)
+
+
+def test_a_train_failing_before_its_first_epoch_leaves_no_run_folder(runs, tmp_path,
+                                                                      monkeypatch):
+    _fail_in_fit(monkeypatch)
+    run = tmp_path / "runs" / "r1"
+    with pytest.raises(RuntimeError, match="failed in the first epoch"):
+        train_volumes(runs["manifest"], _cfg(), run)
+    assert not run.exists()
+    mine = tmp_path / "mine"  # a folder that existed before is never removed
+    mine.mkdir()
+    (mine / "notes.txt").write_text("kept")
+    with pytest.raises(RuntimeError, match="failed in the first epoch"):
+        train_volumes(runs["manifest"], _cfg(), mine)
+    assert (mine / "notes.txt").read_text() == "kept" and (mine / "run.json").is_file()
+
+
+def test_a_run_folder_without_a_finished_epoch_is_reused_by_a_rerun(runs, tmp_path,
+                                                                     monkeypatch):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "run.json").write_text(json.dumps({"manifest_sha256": "another manifest",
+                                              "settings": {}}))
+    (run / "metrics.csv").write_text("epoch,phase\n")  # a header, no epoch row
+    _fail_in_fit(monkeypatch)  # got past the run folder check: fit was reached
+    with pytest.raises(RuntimeError, match="failed in the first epoch"):
+        train_volumes(runs["manifest"], _cfg(), run)
+    (run / "checkpoints").mkdir()
+    (run / "checkpoints" / "last.pt").write_bytes(b"a finished epoch")
+    (run / "run.json").write_text(json.dumps({"manifest_sha256": "another manifest",
+                                              "settings": {}}))
+    with pytest.raises(ResumeError, match=r"another manifest or other settings "
+                                          r"\(checkpoints/last.pt\).*reused by any rerun"):
+        train_volumes(runs["manifest"], _cfg(), run)

@@ -81,7 +81,7 @@ def read_scan_list_csv(path: Path) -> list[Scan]:
     ``-``), is refused naming its line, before any scan is read: such an id is a slip in
     the table, not a name.
     """
-    with open(path, newline="") as handle:
+    with open(path, newline="", encoding="utf-8") as handle:
         rows = list(csv.DictReader(handle))
     if not rows:
         raise ScanError(f"{path}: expected a CSV with a header and one row per scan, found none")
