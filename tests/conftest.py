@@ -86,3 +86,14 @@ def tiny_mnist_benchmark(tmp_path: Path, monkeypatch) -> list[str]:
     return ["benchmark", "mnist", "--epochs", "1", "--n-labelled", "60", "--threads", "1",
             "--data-dir", str(tmp_path / "mnist"), "--out", str(tmp_path / "bm"),
             "--set", "progress=false"]
+
+
+#: The default suite's longest tests (minutes each): started first, so that on two workers
+#: (pyproject's ``-n 2``) they run beside the rest instead of after it.
+LONGEST_FIRST = ("test_readme_own_data.py", "test_demo.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Move the longest tests to the front; the order of the others is kept."""
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
