@@ -13,7 +13,7 @@ Conventions of every command (docs/interfaces.md, "Command line"):
   :class:`_App` catches that base once, prints ``error: <message>`` and exits with status 2.
   So it does with an ``OSError`` that names a path (a read-only folder, a full disk), or
   that names none but is a full disk or a failing device. Ctrl-C and SIGTERM
-  (:func:`adni_pu.cli.common.stop_on_signals`) print one line naming the signal, what is
+  (:func:`adni_pu.signals.stop_on_signals`) print one line naming the signal, what is
   kept and how to continue, and exit 130 / 143. Anything else is a bug and shows its
   traceback.
 """
@@ -82,7 +82,8 @@ class _App(TyperGroup):
     file or a full disk, and Ctrl-C or SIGTERM into one line (exit 2; 130 / 143)."""
 
     def invoke(self, ctx: typer.Context) -> object:
-        from adni_pu.cli.common import interrupted_exit, stop_on_signals
+        from adni_pu.cli.common import interrupted_exit
+        from adni_pu.signals import stop_on_signals
 
         try:
             with _warnings_as_lines(), stop_on_signals():
