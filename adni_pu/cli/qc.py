@@ -90,12 +90,13 @@ def _merge(folder: Path, first: dict, second: dict) -> dict:
         merge_ratings,
         write_ratings,
     )
+    from adni_pu.preprocessing.qc_report import DISAGREEMENTS, MERGED_RATINGS
 
     merged, disagreements = merge_ratings(first, second)
-    path, copy = write_ratings(folder / "qc_ratings_merged.tsv", merged)
+    path, copy = write_ratings(folder / MERGED_RATINGS, merged)
     if copy:
         typer.echo(f"kept the earlier {path.name} as {copy.name}")
-    table = atomic_write_text(folder / "qc_disagreements.tsv", disagreements_text(disagreements))
+    table = atomic_write_text(folder / DISAGREEMENTS, disagreements_text(disagreements))
     typer.echo(f"merged {len(merged)} rating(s): {path}")
     typer.echo(f"{len(disagreements)} disagreement(s) (rated unsure in the merged file; "
                f"{table}):")

@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from adni_pu import config as cfgmod
+from adni_pu import outputs
 from adni_pu.cohort.config import load_cohort_config
 from adni_pu.cohort.manifest import Cohort
 from adni_pu.cohort.manifest_check import validate_manifest
@@ -60,9 +61,19 @@ def check_out_dir(out_dir: str | Path) -> None:
 def output_names(cohort: Cohort, render: bool = True) -> list[str]:
     """The file names :func:`write_cohort` writes into its folder."""
     manifest = "manifest.parquet" if cohort.config.output.format == "parquet" else "manifest.csv"
-    names = ["cohort_config.toml", "subjects.csv", "excluded.csv", "quality.csv",
-             "cohort.json", manifest]
-    return names + ([REPORT_NAME, HISTOGRAM_NAME] if render else [])
+    return [*TABLES, manifest, *(REPORT if render else ())]
+
+
+#: What every cohort build writes, its manifest (by ``output.format``) and its report.
+TABLES = ("cohort_config.toml", "subjects.csv", "excluded.csv", "quality.csv", "cohort.json")
+MANIFESTS = ("manifest.csv", "manifest.parquet")
+REPORT = (REPORT_NAME, HISTOGRAM_NAME)
+
+#: ``adni-pu cohort build ... OUT``: every name it writes (the registry,
+#: :mod:`adni_pu.workflows.output_registry`).
+LAYOUT = outputs.Layout("cohort build", "OUT", "cohort.json", tuple(
+    outputs.Output(name, "cohort build", "the cohort's tables, manifest and report")
+    for name in (*TABLES, *MANIFESTS, *REPORT)))
 
 
 def check_not_inputs(out_dir: Path, names: list[str],

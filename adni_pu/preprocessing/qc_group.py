@@ -18,6 +18,9 @@ import numpy as np
 
 from adni_pu.errors import OutputError
 
+#: The contact sheet's default name, in the preprocessing output folder.
+CONTACT_SHEET = "qc_contact_sheet.png"
+
 #: Metrics used to rank outliers; direction says which side is suspicious.
 OUTLIER_METRICS: dict[str, str] = {
     "brain_volume_ml": "both",
@@ -131,7 +134,7 @@ def contact_sheet(
         raise OutputError(f"{output}: no scan records (sub-*/ses-*/anat/*_desc-preproc_T1w.json) "
                           "found; run adni-pu preprocess first")
     outliers = [r for r in ranked if r["outlier_score"] > z_threshold]
-    out_png = Path(out_png) if out_png else output / "qc_contact_sheet.png"
+    out_png = Path(out_png) if out_png else output / CONTACT_SHEET
     n = len(ranked)
     cols = min(columns, n)
     rows = int(np.ceil(n / cols))
