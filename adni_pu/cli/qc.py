@@ -49,6 +49,11 @@ def qc(
     if not output.is_dir():
         raise OutputError(f"folder not found: {output} (expected a folder written by adni-pu "
                           "preprocess)")
+    if out_png is not None:  # a file qc did not write is refused before anything is written
+        from adni_pu.outputs import claim_file
+        from adni_pu.preprocessing.qc_group import is_contact_sheet
+
+        claim_file(out_png, "qc", is_contact_sheet, "contact sheet PNG")
     with output_lock(output, "qc"):  # one writer per folder; write_report's own lock nests
         _report(output, ratings, merge, sheet or out_png is not None, out_png, z_threshold)
 

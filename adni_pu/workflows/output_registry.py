@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from adni_pu import outputs
 from adni_pu.cohort.files import LAYOUT as COHORT_BUILD
+from adni_pu.cohort.files import REPORT_LAYOUT as COHORT_REPORT
 from adni_pu.preprocessing.derivatives import LAYOUT as PREPROCESS
 from adni_pu.preprocessing.qc_report import LAYOUT as QC
 from adni_pu.synth.adni_download import LAYOUT as SYNTH
@@ -35,7 +36,7 @@ DEMO = outputs.Layout("demo", "OUT", "demo.json", tuple(
 #: first, then the data commands'.
 LAYOUTS: tuple[outputs.Layout, ...] = (
     *RUN_FOLDER_LAYOUTS, outputs.PREDICT, outputs.BENCHMARK_TABLE, PREPROCESS, QC,
-    COHORT_BUILD, SYNTH, DEMO)
+    COHORT_BUILD, COHORT_REPORT, SYNTH, DEMO)
 
 
 def registry() -> list[tuple[str, str, str]]:
