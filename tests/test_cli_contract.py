@@ -154,8 +154,8 @@ class Inputs:
         return self._once("results", make)
 
 
-def _mnist_args(w: Inputs, out: Path) -> list[str]:
-    return ["benchmark", "mnist", "--seeds", "1", "--epochs", "1", "--n-labelled", "60",
+def _mnist_args(w: Inputs, out: Path, epochs: int = 1) -> list[str]:
+    return ["benchmark", "mnist", "--seeds", "1", "--epochs", str(epochs), "--n-labelled", "60",
             "--data-dir", str(w.mnist), "--set", "progress=false", "--out", str(out)]
 
 
@@ -197,6 +197,7 @@ class Case:
     ok: tuple[int, ...] = (0,)
     skip: dict[str, str] = field(default_factory=dict)
     signal_marker: str | None = None  # a name inside out that says it has started writing
+    long_args: Args | None = None  # a longer invocation for the signal check (default: args)
 
     def argv(self, w: Inputs, out: Path) -> list[str]:
         return [str(a) for a in self.args(w, out)]
@@ -217,9 +218,10 @@ _FAST = "finishes in about a second on the tiny case, too short to stop it relia
 
 CASES: dict[str, Case] = {case.command: case for case in (
     Case("train", lambda w, out: ["train", w.manifest, out, "--preset", "nnpu",
-                                  *w.tiny_sets(4)],
+                                  *w.tiny_sets()],
          lambda w, out: ["train", w.manifest, out, "--preset", "no-such-preset"],
-         signal_marker="metrics.csv"),
+         signal_marker="metrics.csv", long_args=lambda w, out: [
+             "train", w.manifest, out, "--preset", "nnpu", *w.tiny_sets(4)]),
     Case("evaluate", lambda w, out: ["evaluate", w.run, "--out", out, "--bootstrap", "20",
                                      "--device", "cpu"],
          lambda w, out: ["evaluate", w.run, "--out", out, "--split", "no-such-split"],
@@ -234,7 +236,8 @@ CASES: dict[str, Case] = {case.command: case for case in (
          file="p.csv", skip={"signal": _FAST}),
     Case("prior", lambda w, out: ["prior", w.manifest, out, *w.tiny_sets()],
          lambda w, out: ["prior", w.manifest, out, "--set", "train.epochs=-1"],
-         skip={"signal": _FAST + "; tests/test_interrupts.py stops it"}),
+         signal_marker="prior_estimate/metrics.csv",
+         long_args=lambda w, out: ["prior", w.manifest, out, *w.tiny_sets(4)]),
     Case("preprocess", lambda w, out: ["preprocess", w.blank_scans, out, "--no-progress",
                                        "--set", "n4.shrink_factor=2"],
          lambda w, out: ["preprocess", w.blank_scans, out, "--workers", "0"], ok=(1,),
@@ -258,7 +261,7 @@ CASES: dict[str, Case] = {case.command: case for case in (
          signal_marker=".adni-pu-synth.partial-*"),
     Case("benchmark mnist", _mnist_args,
          lambda w, out: [*_mnist_args(w, out), "--method", "svm"],
-         skip={"signal": _FAST + "; tests/test_hostile_sharing.py stops a benchmark"}),
+         signal_marker="seed0/metrics.csv", long_args=lambda w, out: _mnist_args(w, out, 8)),
     Case("benchmark cifar10", lambda w, out: [
         "benchmark", "cifar10", "--seeds", "1", "--epochs", "1", "--n-labelled", "60",
         "--data-dir", w.cifar, "--set", "progress=false", "--out", out],
@@ -292,18 +295,35 @@ def inputs(tmp_path_factory) -> Inputs:
     return Inputs(tmp_path_factory.mktemp("contract"))
 
 
-@pytest.fixture(autouse=True)
-def _tiny(monkeypatch):
-    """Data of seconds may give a class prior estimate, MNIST and CIFAR of a few images
-    are whole data sets (in this process: the in-process cases)."""
+def tiny_data(patch: pytest.MonkeyPatch) -> None:
+    """Data of seconds may give a class prior estimate, and MNIST of 240 images is a whole
+    data set (the tiny inputs' sizes)."""
     from conftest import allow_tiny_prior_estimates
 
     from adni_pu.data import readers
 
-    allow_tiny_prior_estimates(monkeypatch)
-    monkeypatch.setitem(readers.MNIST_COUNTS, "train", 200)
-    monkeypatch.setitem(readers.MNIST_COUNTS, "test", 40)
+    allow_tiny_prior_estimates(patch)
+    patch.setitem(readers.MNIST_COUNTS, "train", 200)
+    patch.setitem(readers.MNIST_COUNTS, "test", 40)
+
+
+@pytest.fixture(autouse=True)
+def _tiny(monkeypatch):
+    """:func:`tiny_data` in this process (the in-process cases)."""
+    tiny_data(monkeypatch)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
+
+
+#: A command in its own process, with :func:`tiny_data` (``argv[1]``: this folder).
+SCRIPT = """
+import sys
+sys.path.insert(0, sys.argv.pop(1))
+import pytest
+from test_cli_contract import tiny_data
+tiny_data(pytest.MonkeyPatch())
+from adni_pu.cli.app import app
+app(sys.argv[1:], prog_name="adni-pu")
+"""
 
 
 def _case(command: str, check: str) -> Case:
@@ -459,11 +479,10 @@ def test_a_signal_stops_it_cleanly_and_a_rerun_completes(command, sig, code, lin
     case = _case(command, "signal")
     assert case.signal_marker, f"{command}: give a signal_marker or skip the signal check"
     out = tmp_path / "out"
-    argv = case.argv(inputs, out)
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}",
-           "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-c", "from adni_pu.cli.app import main; main()",
-                             *argv], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+    argv = [str(a) for a in (case.long_args or case.args)(inputs, out)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-c", SCRIPT, str(ROOT / "tests"), *argv],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
@@ -482,6 +501,6 @@ def test_a_signal_stops_it_cleanly_and_a_rerun_completes(command, sig, code, lin
     left = [p for p in tmp_path.rglob("*") if p.name.startswith(".") or ".partial" in p.name
             or p.name.endswith((".tmp", ".part"))]
     assert not left, left
-    result = CliRunner().invoke(app, argv)
+    result = CliRunner().invoke(app, argv)  # the same command again: resumes, completes
     assert result.exit_code in case.ok, result.output
     assert not [p for p in out.rglob("*") if p.name == LOCK_NAME]
