@@ -2,19 +2,16 @@
 each owns the names it writes and holds its folder's lock.
 
 :data:`CASES` names every leaf command of the Typer app (:func:`leaf_commands`, read from
-``adni_pu.cli.app.app`` itself): a command added to the CLI without a case here fails
+``adni_pu.cli.app.app`` itself), so a command added without a case fails
 :func:`test_every_command_of_the_cli_has_a_contract_case`. A command that writes nothing
-names why; a writing command gives its cheapest invocation on tiny inputs, and each check it
-cannot take cheaply is named with the reason. The checks, for each writing command:
-
-- ``umask``: its outputs respect the umask (002: shared with the group; 077: private) and
-  every name it writes is declared in the registry (:mod:`adni_pu.workflows.output_registry`);
-- ``lock``: while another process holds its folder's lock, it is refused (exit 2, one line
-  naming the holder) and writes nothing;
-- ``signal``: SIGTERM / SIGINT once it writes exit 143 / 130 with their line and leave no
-  partial or hidden file, and the same command run again completes (resumes);
-- ``foreign``: its output path onto a file it did not write is refused and the file kept;
-- ``bad``: a bad argument is one line ``error: ...`` and exit 2, no traceback.
+says why (:data:`READ_ONLY`); a writing command gives its cheapest invocation on tiny
+inputs, and each check it cannot take cheaply is named with the reason. The checks:
+``umask`` (002 and 077 respected; every name written is in the registry,
+:mod:`adni_pu.workflows.output_registry`), ``lock`` (refused, exit 2, one line naming the
+holder, nothing written, while another holds the folder), ``signal`` (SIGTERM / SIGINT once
+it writes: 143 / 130, their line, no partial or hidden file; the same command again
+completes), ``foreign`` (its output onto a file it did not write is refused, the file kept)
+and ``bad`` (a bad argument: one line ``error: ...``, exit 2, no traceback).
 """
 
 from __future__ import annotations
@@ -160,17 +157,16 @@ def _mnist_args(w: Inputs, out: Path, epochs: int = 1) -> list[str]:
 
 
 def _cohort_report_args(w: Inputs, out: Path) -> list[str]:
-    cohort = w._once("built", lambda: _built_cohort(w))
-    return ["cohort", "report", str(cohort), "--out", str(out)]
+    """A report of a cohort built once from the tiny preprocessing folder, into ``out``."""
+    def build() -> Path:
+        prep, clinical = w.qc
+        result = CliRunner().invoke(app, ["cohort", "build", str(clinical),
+                                          str(prep / "summary.csv"), str(w.root / "built"),
+                                          "--preset", "tracer-cutoffs"])
+        assert result.exit_code == 0, result.output
+        return w.root / "built"
 
-
-def _built_cohort(w: Inputs) -> Path:
-    out = w.root / "built"
-    prep, clinical = w.qc
-    result = CliRunner().invoke(app, ["cohort", "build", str(clinical), str(prep / "summary.csv"),
-                                      str(out), "--preset", "tracer-cutoffs"])
-    assert result.exit_code == 0, result.output
-    return out
+    return ["cohort", "report", str(w._once("built", build)), "--out", str(out)]
 
 
 def _copy_qc(w: Inputs, out: Path) -> list[str]:
@@ -335,12 +331,11 @@ def _case(command: str, check: str) -> Case:
 
 def _one_line_error(output: str) -> str:
     lines = [line for line in output.splitlines() if line.strip()]
-    assert "Traceback" not in output, output
-    assert len(lines) >= 1 and lines[-1].startswith("error: "), output
+    assert "Traceback" not in output and lines and lines[-1].startswith("error: "), output
     return lines[-1]
 
 
-WRITING = sorted(CASES)
+WRITING = sorted(CASES)  # the writing commands, each a parameter of every check
 
 
 # --------------------------------------------------------------------------- umask
@@ -431,11 +426,10 @@ def test_the_output_onto_a_foreign_file_is_refused_and_the_file_kept(command, in
     out = tmp_path / "out"
     argv = case.argv(inputs, out)
     target = case.target(out)
-    if case.file:  # a file output: a foreign file where it would write
+    # a file output: a foreign file where it writes; a folder output: a file in its place
+    paths = [out / "t.md", out / "t.json"] if command == "benchmark table" else [target]
+    if case.file:
         out.mkdir(exist_ok=True)
-        paths = [target] if command != "benchmark table" else [out / "t.md", out / "t.json"]
-    else:  # a folder output: a file where the folder should be
-        paths = [target]
     for path in paths:
         path.write_text(FOREIGN)
     result = CliRunner().invoke(app, argv)
@@ -463,8 +457,8 @@ def test_a_bad_argument_is_one_line_and_exit_2(command, inputs, tmp_path):
     out = tmp_path / "out"
     result = CliRunner().invoke(app, [str(a) for a in case.bad(inputs, out)])
     assert result.exit_code == 2, result.output
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+    _one_line_error(result.output)
+    assert len([line for line in result.output.splitlines() if line.strip()]) == 1, result.output
 
 
 # --------------------------------------------------------------------------- signals
