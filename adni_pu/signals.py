@@ -85,6 +85,21 @@ def holding_off_signals() -> Iterator[None]:
             signal.signal(sig, previous)
 
 
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold back SIGINT and SIGTERM while the block runs (a commit of a few renames, the
+    creation of a temporary file and the recording of its name), so an interrupt never
+    stops it half-way; a signal that came is delivered when it ends. Main thread only."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, set(STOP_SIGNALS))
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
 def signal_of(exc: BaseException) -> int:
     """The signal behind an interrupt: the ``signum`` of ``exc`` or of an exception it wraps
     (a workflow's own interrupt may be raised from the signal's), else SIGINT (a plain

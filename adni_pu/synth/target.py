@@ -18,7 +18,12 @@ from pathlib import Path
 
 from adni_pu.errors import OutputError
 from adni_pu.locking import LOCK_NAME, output_lock
-from adni_pu.signals import Interrupted, holding_off_signals, stop_on_signals
+from adni_pu.signals import (
+    Interrupted,
+    holding_off_signals,
+    signals_deferred,
+    stop_on_signals,
+)
 
 #: Prefix of the hidden folder a download is drawn into (inside the target).
 PARTIAL_PREFIX = ".adni-pu-synth.partial-"
@@ -79,7 +84,8 @@ def _write_locked(out: Path, made: bool, writer: Callable[[Path], None]) -> None
     try:
         with stop_on_signals(SynthInterrupted):
             out.mkdir(parents=True, exist_ok=True)  # a new folder gets the umask's mode
-            tmp = Path(tempfile.mkdtemp(prefix=PARTIAL_PREFIX, dir=out))
+            with signals_deferred():  # never a folder made but not yet known
+                tmp = Path(tempfile.mkdtemp(prefix=PARTIAL_PREFIX, dir=out))
             writer(tmp)
             for entry in sorted(tmp.iterdir()):
                 os.rename(entry, out / entry.name)
