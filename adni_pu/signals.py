@@ -89,15 +89,29 @@ def holding_off_signals() -> Iterator[None]:
 def signals_deferred() -> Iterator[None]:
     """Hold back SIGINT and SIGTERM while the block runs (a commit of a few renames, the
     creation of a temporary file and the recording of its name), so an interrupt never
-    stops it half-way; a signal that came is delivered when it ends. Main thread only."""
+    stops it half-way; the first signal that came is raised again when it ends (to the
+    handlers of before). Main thread only.
+
+    The handlers are swapped for one that notes the signal, not the signal mask: a mask is
+    per thread, and a process with other threads (torch's, a test runner's) would take the
+    signal on one of those, running the handler in the main thread at once.
+    """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, set(STOP_SIGNALS))
+    came: list[int] = []
+
+    def note(signum: int, frame: Any) -> None:
+        came.append(signum)
+
+    old = {sig: signal.signal(sig, note) for sig in STOP_SIGNALS}
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+        for sig, previous in old.items():
+            signal.signal(sig, previous)
+        if came:
+            signal.raise_signal(came[0])
 
 
 def signal_of(exc: BaseException) -> int:
