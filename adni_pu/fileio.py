@@ -11,12 +11,12 @@ import contextlib
 import hashlib
 import os
 import shutil
-import signal
 import tempfile
-import threading
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
+
+from adni_pu.signals import signals_deferred
 
 
 def current_umask() -> int:
@@ -89,15 +89,19 @@ def atomic_write(path: str | Path, writer: Callable[[Path], None]) -> Path:
 
     An ``OSError`` (a full disk, a read-only folder) names ``path``."""
     path = Path(path)
-    tmp = temporary_beside(path)
+    tmp: Path | None = None
     try:
+        with signals_deferred():  # an interrupt never comes between creating and knowing it
+            tmp = temporary_beside(path)
         writer(tmp)
         os.replace(tmp, path)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
         raise naming(exc, path, tmp) from exc
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
         raise
     return path
 
@@ -108,30 +112,19 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
 
 
 @contextlib.contextmanager
-def signals_deferred() -> Iterator[None]:
-    """Hold back SIGINT and SIGTERM while the block runs (a commit of a few renames), so an
-    interrupt never stops it half-way; a signal that came is delivered when it ends."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, before)
-
-
-@contextlib.contextmanager
 def staged_folder(folder: Path, prefix: str) -> Iterator[Path]:
     """A hidden temporary folder inside ``folder`` for a set of outputs committed together
     (:func:`commit_staged`); removed, with whatever is left in it, when the block ends, so
     an interrupted or failed command leaves no partial or hidden files behind."""
     folder.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=f".{prefix}-partial-", dir=folder))
+    stage: Path | None = None
     try:
+        with signals_deferred():  # an interrupt never comes between creating and knowing it
+            stage = Path(tempfile.mkdtemp(prefix=f".{prefix}-partial-", dir=folder))
         yield stage
     finally:
-        shutil.rmtree(stage, ignore_errors=True)
+        if stage is not None:
+            shutil.rmtree(stage, ignore_errors=True)
 
 
 def commit_staged(stage: Path, folder: Path, stale: Iterable[Path] = ()) -> None:
@@ -154,16 +147,20 @@ def write_temporary(path: Path, data: bytes) -> Path:
     For a set of files committed together: the caller renames every temporary file into
     place once all are written (``adni_pu.preprocessing.io.write_outputs``).
     """
-    tmp = temporary_beside(path)
+    tmp: Path | None = None
     try:
+        with signals_deferred():  # an interrupt never comes between creating and knowing it
+            tmp = temporary_beside(path)
         with tmp.open("wb") as handle:
             handle.write(data)
             handle.flush()
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
         raise naming(exc, path, tmp) from exc
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
         raise
     return tmp
 
@@ -303,9 +300,10 @@ def _check_writable(folder: Path, out_dir: Path, contents: str) -> None:
     from adni_pu.errors import OutputError
 
     try:
-        fd, probe = tempfile.mkstemp(prefix=".adni-pu-write-check.", dir=folder)
-        os.close(fd)
-        os.unlink(probe)
+        with signals_deferred():  # the probe never stays behind
+            fd, probe = tempfile.mkstemp(prefix=".adni-pu-write-check.", dir=folder)
+            os.close(fd)
+            os.unlink(probe)
     except OSError as exc:
         where = "" if folder == out_dir else f" (in {folder})"
         raise OutputError(f"output folder {out_dir}: cannot write there{where}: "

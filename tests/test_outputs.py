@@ -22,7 +22,8 @@ from adni_pu.errors import OutputError, OutputLockedError
 from adni_pu.locking import LOCK_NAME, output_lock
 from adni_pu.workflows.evaluate import evaluate_run
 from adni_pu.workflows.interpret import interpret_run
-from adni_pu.workflows.run_folder import RUN_LAYOUT, finished_work, registry
+from adni_pu.workflows.output_registry import registry
+from adni_pu.workflows.run_folder import RUN_LAYOUT, finished_work
 from adni_pu.workflows.train import train_volumes
 from adni_pu.workflows.volume_settings import load_volume_config
 

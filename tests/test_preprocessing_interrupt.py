@@ -127,7 +127,8 @@ def test_interrupt_stops_workers_and_writes_the_summary_of_finished_scans(
     finally:
         _kill(proc)
     assert proc.returncode == 128 + sig, err
-    assert f"interrupted by {sig.name}" in err and "summary.csv" in err, err
+    named = "the user (Ctrl-C)" if sig == signal.SIGINT else sig.name  # adni_pu.signals
+    assert f"interrupted by {named}; " in err and "summary.csv" in err, err
     assert len(err.strip().splitlines()) == 1, err
     assert _no_worker_left(children, within=2.0), "orphaned worker"
 

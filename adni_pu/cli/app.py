@@ -10,10 +10,11 @@ Conventions of every command (docs/interfaces.md, "Command line"):
 - Every option's help shows its default. Yes/no settings are flags (``--x/--no-x``).
 - Help text is plain (no Rich markup), so ``[train]`` or ``<date>`` print as written.
 - Errors: every library error a user can cause derives from :class:`adni_pu.errors.AdniPuError`;
-  :class:`_App` catches that base once, prints ``error: <message>`` and exits with status 2.
+  :class:`_App` catches that base once, prints ``error: <message>`` and exits with status 2;
+  so it does with a usage error (a bad option value, a missing argument: click's own).
   So it does with an ``OSError`` that names a path (a read-only folder, a full disk), or
   that names none but is a full disk or a failing device. Ctrl-C and SIGTERM
-  (:func:`adni_pu.cli.common.stop_on_signals`) print one line naming the signal, what is
+  (:func:`adni_pu.signals.stop_on_signals`) print one line naming the signal, what is
   kept and how to continue, and exit 130 / 143. Anything else is a bug and shows its
   traceback.
 """
@@ -34,6 +35,11 @@ from adni_pu.errors import AdniPuError, AdniPuWarning  # light: the family impor
 #: Errors of the system, not of adni-pu, that may come without a file name (a write deep
 #: inside a library): one line too, since no traceback helps with a full disk.
 _SYSTEM_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EFBIG})
+
+#: click's usage error (a bad option value, an unknown option, a missing argument), as the
+#: click typer runs on defines it (typer may bundle its own copy of click).
+_USAGE_ERROR: type[Exception] = next(
+    c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
 
 #: What Ctrl-C or SIGTERM leaves behind, by command (one that gives no hint of its own).
 _INTERRUPTED = {
@@ -82,13 +88,20 @@ class _App(TyperGroup):
     file or a full disk, and Ctrl-C or SIGTERM into one line (exit 2; 130 / 143)."""
 
     def invoke(self, ctx: typer.Context) -> object:
-        from adni_pu.cli.common import interrupted_exit, stop_on_signals
+        from adni_pu.cli.common import interrupted_exit
+        from adni_pu.signals import stop_on_signals
 
         try:
             with _warnings_as_lines(), stop_on_signals():
                 return super().invoke(ctx)
         except AdniPuError as exc:
             typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from exc
+        except _USAGE_ERROR as exc:  # a bad value, a missing argument: one line too
+            if type(exc).__name__ == "NoArgsIsHelpError":
+                raise  # no arguments: the help, as click shows it
+            where = exc.ctx.command_path if exc.ctx is not None else ctx.command_path
+            typer.echo(f"error: {exc.format_message()} (see {where} --help)", err=True)
             raise typer.Exit(2) from exc
         except OSError as exc:
             if exc.filename is not None:

@@ -57,7 +57,6 @@ def preprocess(
     """Preprocess T1 scans: N4, skull strip, MNI registration, cerebellum removal, QC."""
     from adni_pu.cli.common import positional_path
     from adni_pu.preprocessing import load_config, run_preprocessing
-    from adni_pu.preprocessing.runner import PreprocessInterrupted
 
     if convert_layout is not None:
         if input is not None or output is not None:
@@ -68,14 +67,11 @@ def preprocess(
         return
     input = positional_path(input, None, "INPUT", "")
     output = positional_path(output, None, "OUTPUT", "")
-    try:
-        cfg = load_config(config, list(set_ or []))
-        summary = run_preprocessing(
-            input, output, cfg, workers=workers, threads_per_worker=threads, shard=shard,
-            dask_scheduler=dask_scheduler, progress=progress)
-    except PreprocessInterrupted as stop:
-        typer.echo(f"error: {stop}", err=True)
-        raise typer.Exit(stop.exit_code) from None
+    cfg = load_config(config, list(set_ or []))
+    # Ctrl-C / SIGTERM: PreprocessInterrupted, whose hint the app prints (adni_pu.signals)
+    summary = run_preprocessing(
+        input, output, cfg, workers=workers, threads_per_worker=threads, shard=shard,
+        dask_scheduler=dask_scheduler, progress=progress)
     counts = summary["status"].value_counts().to_dict()
     typer.echo(f"{len(summary)} scans: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
     for row in summary.itertuples():

@@ -49,6 +49,11 @@ def qc(
     if not output.is_dir():
         raise OutputError(f"folder not found: {output} (expected a folder written by adni-pu "
                           "preprocess)")
+    if out_png is not None:  # a file qc did not write is refused before anything is written
+        from adni_pu.outputs import claim_file
+        from adni_pu.preprocessing.qc_group import is_contact_sheet
+
+        claim_file(out_png, "qc", is_contact_sheet, "contact sheet PNG")
     with output_lock(output, "qc"):  # one writer per folder; write_report's own lock nests
         _report(output, ratings, merge, sheet or out_png is not None, out_png, z_threshold)
 
@@ -90,12 +95,13 @@ def _merge(folder: Path, first: dict, second: dict) -> dict:
         merge_ratings,
         write_ratings,
     )
+    from adni_pu.preprocessing.qc_report import DISAGREEMENTS, MERGED_RATINGS
 
     merged, disagreements = merge_ratings(first, second)
-    path, copy = write_ratings(folder / "qc_ratings_merged.tsv", merged)
+    path, copy = write_ratings(folder / MERGED_RATINGS, merged)
     if copy:
         typer.echo(f"kept the earlier {path.name} as {copy.name}")
-    table = atomic_write_text(folder / "qc_disagreements.tsv", disagreements_text(disagreements))
+    table = atomic_write_text(folder / DISAGREEMENTS, disagreements_text(disagreements))
     typer.echo(f"merged {len(merged)} rating(s): {path}")
     typer.echo(f"{len(disagreements)} disagreement(s) (rated unsure in the merged file; "
                f"{table}):")

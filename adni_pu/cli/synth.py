@@ -48,8 +48,9 @@ def synth(
     """
     from adni_pu import config as cfgmod
     from adni_pu.errors import ConfigError
+    from adni_pu.locking import output_lock
     from adni_pu.synth.adni_download import download_config
-    from adni_pu.synth.target import SynthInterrupted, prepare_target
+    from adni_pu.synth.target import prepare_target
 
     if layout not in ("adni", "bids"):
         raise ConfigError(f"--layout: expected adni or bids, found {layout!r}")
@@ -71,15 +72,15 @@ def synth(
                               f"{values['voxel_size']}: two voxel sizes; give one of them")
         values["voxel_size"] = voxel_size
     cfg = download_config(values)
-    prepare_target(out)  # refused before any image is drawn
-    try:
+    prepare_target(out)  # refused before any image is drawn or any folder made
+    # one writer per folder (a second synth is refused naming this one); Ctrl-C / SIGTERM:
+    # SynthInterrupted, whose hint the app prints (adni_pu.signals)
+    with output_lock(out, "synth"):
+        prepare_target(out)
         if layout == "adni":
             _adni(out, subjects, seed, format_, cfg)
         else:
             _bids(out, subjects, seed, cfg)
-    except SynthInterrupted as stop:  # SIGTERM (Ctrl-C is the app's KeyboardInterrupt)
-        typer.echo(f"\nerror: {stop}", err=True)
-        raise typer.Exit(stop.exit_code) from None
 
 
 def _adni(out: Path, subjects: int, seed: int, fmt: str, cfg: SynthConfig) -> None:

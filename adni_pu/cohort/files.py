@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from adni_pu import config as cfgmod
+from adni_pu import outputs
 from adni_pu.cohort.config import load_cohort_config
 from adni_pu.cohort.manifest import Cohort
 from adni_pu.cohort.manifest_check import validate_manifest
@@ -23,7 +24,7 @@ from adni_pu.cohort.report import HISTOGRAM_NAME, REPORT_NAME, class_prior_table
 from adni_pu.errors import CohortInputError, OutputError
 from adni_pu.fileio import atomic_write, atomic_write_text, same_file_as
 from adni_pu.fileio import check_out_dir as _check_out_dir
-from adni_pu.locking import holding_output_lock
+from adni_pu.locking import holding_output_lock, output_lock
 
 _DATE_COLUMNS = ("suvr_date", "examdate", "scan_date")
 
@@ -60,9 +61,23 @@ def check_out_dir(out_dir: str | Path) -> None:
 def output_names(cohort: Cohort, render: bool = True) -> list[str]:
     """The file names :func:`write_cohort` writes into its folder."""
     manifest = "manifest.parquet" if cohort.config.output.format == "parquet" else "manifest.csv"
-    names = ["cohort_config.toml", "subjects.csv", "excluded.csv", "quality.csv",
-             "cohort.json", manifest]
-    return names + ([REPORT_NAME, HISTOGRAM_NAME] if render else [])
+    return [*TABLES, manifest, *(REPORT if render else ())]
+
+
+#: What every cohort build writes, its manifest (by ``output.format``) and its report.
+TABLES = ("cohort_config.toml", "subjects.csv", "excluded.csv", "quality.csv", "cohort.json")
+MANIFESTS = ("manifest.csv", "manifest.parquet")
+REPORT = (REPORT_NAME, HISTOGRAM_NAME)
+
+#: ``adni-pu cohort build ... OUT``: every name it writes (the registry,
+#: :mod:`adni_pu.workflows.output_registry`).
+LAYOUT = outputs.Layout("cohort build", "OUT", "cohort.json", tuple(
+    outputs.Output(name, "cohort build", "the cohort's tables, manifest and report")
+    for name in (*TABLES, *MANIFESTS, *REPORT)))
+
+#: ``adni-pu cohort report MANIFEST [--out OUT]``: the report alone.
+REPORT_LAYOUT = outputs.Layout("cohort report", "OUT", REPORT_NAME, tuple(
+    outputs.Output(name, "cohort report", "the cohort report") for name in REPORT))
 
 
 def check_not_inputs(out_dir: Path, names: list[str],
@@ -183,10 +198,17 @@ def report_from_path(path: str | Path, out_dir: str | Path | None = None) -> dic
     """Re-render the report of a manifest file or cohort folder (CLI ``cohort report``).
 
     quality.csv, excluded.csv and cohort_config.toml beside the manifest are used when
-    present; the report is written beside the manifest unless ``out_dir`` is given.
+    present; the report is written beside the manifest unless ``out_dir`` is given, under
+    that folder's lock (a cohort build or another report into it is refused).
     """
     path = Path(path)
     folder = path if path.is_dir() else path.parent
+    with output_lock(out_dir or folder, "cohort report"):
+        return _report(path, folder, out_dir)
+
+
+def _report(path: Path, folder: Path, out_dir: str | Path | None) -> dict[str, Path]:
+    """:func:`report_from_path`'s work, under the lock."""
     manifest = read_manifest(path)
     quality = None
     if (folder / "quality.csv").is_file():

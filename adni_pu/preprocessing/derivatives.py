@@ -22,6 +22,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from adni_pu import outputs
+
 from .config import PreprocessConfig
 from .io import Scan
 from .scans import bids_label
@@ -60,6 +62,18 @@ NAMES: dict[str, str] = {
 }
 #: Kinds written to ``sub-S/figures/`` instead of ``sub-S/ses-T/anat/``.
 FIGURES = frozenset({"qc"})
+
+#: ``adni-pu preprocess INPUT OUTPUT``: every name it writes into OUTPUT (the registry,
+#: :mod:`adni_pu.workflows.output_registry`), from the names above.
+LAYOUT = outputs.Layout("preprocess", "OUTPUT", DESCRIPTION, (
+    outputs.Output(DESCRIPTION, "preprocess", "the BIDS derivatives description"),
+    outputs.Output(BIDSIGNORE, "preprocess", "what the BIDS validator skips"),
+    outputs.Output("summary.csv", "preprocess", "one row per scan: status, paths, hash"),
+    outputs.Output("summary_shard-*.csv", "preprocess", "one shard's rows (--shard)"),
+    outputs.Output("preprocess_config.toml", "preprocess", "the settings"),
+    *(outputs.Output(f"sub-*/{'figures' if kind in FIGURES else 'ses-*/anat'}/sub-*_ses-*_"
+                     + name.format(space="space-*_res-*"), "preprocess", kind)
+      for kind, name in NAMES.items())))
 
 #: Output kind -> the file name suffix it had after ``sub-S_ses-T_``, in ``sub-S/ses-T/``.
 LEGACY_SUFFIXES: dict[str, str] = {

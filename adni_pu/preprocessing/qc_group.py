@@ -17,6 +17,23 @@ from pathlib import Path
 import numpy as np
 
 from adni_pu.errors import OutputError
+from adni_pu.outputs import claim_file
+
+#: The contact sheet's default name, in the preprocessing output folder.
+CONTACT_SHEET = "qc_contact_sheet.png"
+
+#: The PNG text chunk that marks a contact sheet as qc's own (so --out may replace it).
+SHEET_SOFTWARE = "adni-pu qc contact sheet"
+
+
+def is_contact_sheet(path: Path) -> bool:
+    """Whether ``path`` is a contact sheet qc wrote: a PNG whose ``Software`` text chunk
+    (near its start, after the header) is :data:`SHEET_SOFTWARE`."""
+    with open(path, "rb") as handle:
+        head = handle.read(4096)
+    return (head.startswith(b"\x89PNG\r\n\x1a\n")
+            and b"Software\x00" + SHEET_SOFTWARE.encode() in head)
+
 
 #: Metrics used to rank outliers; direction says which side is suspicious.
 OUTLIER_METRICS: dict[str, str] = {
@@ -131,7 +148,9 @@ def contact_sheet(
         raise OutputError(f"{output}: no scan records (sub-*/ses-*/anat/*_desc-preproc_T1w.json) "
                           "found; run adni-pu preprocess first")
     outliers = [r for r in ranked if r["outlier_score"] > z_threshold]
-    out_png = Path(out_png) if out_png else output / "qc_contact_sheet.png"
+    out_png = Path(out_png) if out_png else output / CONTACT_SHEET
+    # never replace a file qc did not write (adni_pu.outputs.claim_file), before drawing
+    claim_file(out_png, "qc", is_contact_sheet, "contact sheet PNG")
     n = len(ranked)
     cols = min(columns, n)
     rows = int(np.ceil(n / cols))
@@ -149,7 +168,7 @@ def contact_sheet(
     fig.tight_layout()
     out_png.parent.mkdir(parents=True, exist_ok=True)
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
+    fig.savefig(buf, format="png", dpi=100, metadata={"Software": SHEET_SOFTWARE})
     plt.close(fig)
     from .io import write_outputs
 

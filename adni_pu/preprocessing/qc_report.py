@@ -33,16 +33,29 @@ from importlib import resources
 from pathlib import Path
 from urllib.parse import quote
 
+from adni_pu import outputs
 from adni_pu.errors import OutputError
 from adni_pu.fileio import atomic_write_text
 from adni_pu.locking import holding_output_lock
 
 from .config import QCSettings
-from .qc_group import OUTLIER_METRICS, load_sidecars, metric_stats, rank_outliers
+from .qc_group import CONTACT_SHEET, OUTLIER_METRICS, load_sidecars, metric_stats, rank_outliers
 from .qc_ratings import COLUMNS, RATINGS, Rating
 
 REPORT_DIR = "qc"
 REPORT_NAME = "index.html"
+#: ``adni-pu qc --merge A --merge B``: the merged ratings and the disagreements, in qc/.
+MERGED_RATINGS = "qc_ratings_merged.tsv"
+DISAGREEMENTS = "qc_disagreements.tsv"
+#: ``adni-pu qc OUTPUT``: every name it writes (the registry,
+#: :mod:`adni_pu.workflows.output_registry`).
+LAYOUT = outputs.Layout("qc", "OUTPUT", f"{REPORT_DIR}/{REPORT_NAME}", tuple(
+    outputs.Output(name, "qc", what) for name, what in (
+        (f"{REPORT_DIR}/{REPORT_NAME}", "the QC report page"),
+        (f"{REPORT_DIR}/{MERGED_RATINGS}", "two raters' merged ratings (--merge)"),
+        (f"{REPORT_DIR}/{MERGED_RATINGS}.*.bak", "an earlier merged file, kept"),
+        (f"{REPORT_DIR}/{DISAGREEMENTS}", "where the raters disagree (--merge)"),
+        (CONTACT_SHEET, "the PNG contact sheet (--sheet)"))))
 
 #: Metrics shown, in this order (others a sidecar holds follow), with the QCSettings limits
 #: that refuse a scan: metric -> (setting of the lower limit, setting of the upper limit).

@@ -19,7 +19,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import replace
 from pathlib import Path
@@ -29,6 +29,7 @@ from adni_pu import config as cfgmod
 from adni_pu.errors import OutputError
 from adni_pu.locking import holding_output_lock
 from adni_pu.progress import progress_bar
+from adni_pu.signals import Interrupted, signal_label, stop_on_signals
 
 from .config import PreprocessConfig, settings_hash
 from .derivatives import (
@@ -54,25 +55,21 @@ from .summary import (
 T = TypeVar("T")
 
 
-class PreprocessInterrupted(KeyboardInterrupt):
-    """SIGINT or SIGTERM stopped a run; ``summary_path`` lists the scans that finished."""
+class PreprocessInterrupted(Interrupted):
+    """SIGINT or SIGTERM stopped a run (:mod:`adni_pu.signals`); ``summary_path`` lists the
+    scans that finished, and :attr:`hint` says so in the CLI's one line."""
 
     def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
+        super().__init__(signum)
         self.summary_path: Path | None = None
         self.finished = 0
         self.total = 0
 
-    @property
-    def exit_code(self) -> int:
-        """The shell's convention: 128 + the signal number (130 for SIGINT)."""
-        return 128 + self.signum
-
-    def __str__(self) -> str:
+    def set_hint(self) -> None:
+        """Say what is kept and how to go on (the rest of the CLI's one line)."""
         where = f"; summary of those: {self.summary_path}" if self.summary_path else ""
-        return (f"interrupted by {signal.Signals(self.signum).name}: {self.finished} of "
-                f"{self.total} scans finished, the rest were cancelled{where}")
+        self.hint = (f"{self.finished} of {self.total} scans finished, the rest were "
+                     f"cancelled{where}; run the same command again to process the rest")
 
 
 def shard_scans(scans: Sequence[T], shard: str) -> list[T]:
@@ -98,31 +95,6 @@ def _exit_with_parent(parent: int) -> None:
     while os.getppid() == parent:
         time.sleep(0.5)
     os._exit(1)
-
-
-@contextlib.contextmanager
-def _stop_on_signals() -> Iterator[None]:
-    """Raise :class:`PreprocessInterrupted` on SIGINT/SIGTERM (main thread only).
-
-    The handler ignores further signals, so a second Ctrl-C cannot break the cleanup; the
-    previous handlers are restored on exit.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    sigs = (signal.SIGINT, signal.SIGTERM)
-
-    def handler(signum: int, frame: Any) -> None:
-        for sig in sigs:
-            signal.signal(sig, signal.SIG_IGN)
-        raise PreprocessInterrupted(signum)
-
-    old = {sig: signal.signal(sig, handler) for sig in sigs}
-    try:
-        yield
-    finally:
-        for sig, previous in old.items():
-            signal.signal(sig, previous)
 
 
 def _process_one(scan: Scan, output: str, config: PreprocessConfig) -> dict:
@@ -226,7 +198,7 @@ def run_preprocessing(
 
     client = None if dask_scheduler is None or isinstance(dask_scheduler, str) else dask_scheduler
     try:
-        with _stop_on_signals():
+        with stop_on_signals(PreprocessInterrupted):
             if not todo:
                 pass
             elif client is not None or runner.dask_scheduler:
@@ -257,13 +229,14 @@ def run_preprocessing(
                 continue
             rows.append({**scan.summary_fields(), "status": "interrupted",
                          "preprocessed_path": "", "seconds": 0.0,
-                         "error": f"interrupted by {signal.Signals(stop.signum).name} before "
+                         "error": f"interrupted by {signal_label(stop.signum)} before "
                                   "it finished; rerun the command to process it"})
         stop.finished = sum(r["status"] != "interrupted" for r in rows)
         cut = summary_frame(rows, scans, left_out)
         if not runner.shard:
             cut = with_earlier_rows(cut, output, chash)
         stop.summary_path = write_summary(cut, output, runner.shard)
+        stop.set_hint()
         raise
     summary = summary_frame(rows, scans, left_out)
     if not runner.shard:

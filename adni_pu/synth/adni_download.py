@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from adni_pu import outputs
 from adni_pu.errors import ConfigError
 from adni_pu.synth.config import DX_BL_CODES, SynthConfig
 from adni_pu.synth.subjects import Subject, Visit, make_subjects
@@ -60,6 +61,19 @@ AMYLOID_COLUMNS: tuple[str, ...] = (
     "IMAGE_RESOLUTION", "qc_flag", "TRACER", "TRACER_SUVR_WARNING", "AMYLOID_STATUS",
     "AMYLOID_STATUS_COMPOSITE_REF", "CENTILOIDS", "SUMMARY_SUVR", "SUMMARY_VOLUME",
     "WHOLECEREBELLUM_SUVR", "COMPOSITE_REF_SUVR", "update_stamp")
+#: ``adni-pu synth DIR``: every name it writes, for both layouts (the registry,
+#: :mod:`adni_pu.workflows.output_registry`); all of them or none (:mod:`.target`).
+LAYOUT = outputs.Layout("synth", "DIR", "synth/", tuple(
+    outputs.Output(name, "synth", what) for name, what in (
+        ("ADNI/", "--layout adni: the image folders"),
+        ("ADNIMERGE.csv", "--layout adni: the clinical table"),
+        ("UCBERKELEY_AMY_6MM_*.csv", "the amyloid PET table"),
+        ("synth/", "--layout adni: what the generator knows"),
+        ("bids/", "--layout bids: BIDS raw data"),
+        ("clinical/", "--layout bids: the clinical table"),
+        ("truth.csv", "--layout bids: per subject, the truth"),
+        ("truth_scans.csv", "--layout bids: per scan, the truth"))))
+
 #: ADNIMERGE's columns, in its order, of those written.
 CLINICAL_COLUMNS: tuple[str, ...] = (
     "RID", "COLPROT", "ORIGPROT", "PTID", "SITE", "VISCODE", "EXAMDATE", "DX_bl", "AGE",

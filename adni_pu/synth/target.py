@@ -12,54 +12,30 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 import tempfile
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from adni_pu.errors import OutputError
+from adni_pu.locking import LOCK_NAME, output_lock
+from adni_pu.signals import (
+    Interrupted,
+    holding_off_signals,
+    signals_deferred,
+    stop_on_signals,
+)
 
 #: Prefix of the hidden folder a download is drawn into (inside the target).
 PARTIAL_PREFIX = ".adni-pu-synth.partial-"
 
 
-class SynthInterrupted(KeyboardInterrupt):
-    """SIGTERM stopped ``synth``; what it had drawn is removed. (SIGINT stays a plain
-    :class:`KeyboardInterrupt`, the CLI's Ctrl-C.)"""
+class SynthInterrupted(Interrupted):
+    """SIGINT or SIGTERM stopped ``synth`` (:mod:`adni_pu.signals`); what it had drawn is
+    removed, as its :attr:`hint` says."""
 
     def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-    @property
-    def exit_code(self) -> int:
-        """The shell's convention: 128 + the signal number (143 for SIGTERM)."""
-        return 128 + self.signum
-
-    def __str__(self) -> str:
-        return (f"interrupted by {signal.Signals(self.signum).name}; nothing was written "
-                "(the partly drawn download was removed); run the same command again")
-
-
-@contextlib.contextmanager
-def stop_on_sigterm() -> Iterator[None]:
-    """Raise :class:`SynthInterrupted` on SIGTERM (main thread only), so that the cleanup of
-    :func:`write_in_place` runs as it does for Ctrl-C; the previous handler is restored."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, frame: Any) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second one cannot break the cleanup
-        raise SynthInterrupted(signum)
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+        super().__init__(signum, "nothing is left half-written (the partly drawn "
+                                 "download was removed); run the same command again")
 
 
 def prepare_target(out: Path) -> Path:
@@ -69,7 +45,7 @@ def prepare_target(out: Path) -> Path:
 
     check_out_dir(out, "the synthetic download")
     if out.is_dir():
-        inside = sorted(p.name for p in out.iterdir())
+        inside = sorted(p.name for p in out.iterdir() if not _is_lock_file(p.name))
         if inside and all(name.startswith(PARTIAL_PREFIX) for name in inside):
             raise OutputError(f"output folder {out}: holds {', '.join(inside)}, the unfinished "
                               "download of a synth that was killed (or is still running); "
@@ -83,25 +59,40 @@ def prepare_target(out: Path) -> Path:
     return out
 
 
+def _is_lock_file(name: str) -> bool:
+    """Whether ``name`` is the folder lock's file (:mod:`adni_pu.locking`): a running
+    synth's (its lock then refuses this one, naming it) or a killed one's (stale, taken
+    over), never content of the download."""
+    return name == LOCK_NAME or (name.startswith(".adni-pu.") and name.endswith(".lock"))
+
+
 def write_in_place(out: Path, writer: Callable[[Path], None]) -> None:
     """Run ``writer`` on a hidden folder inside ``out`` and move what it wrote into ``out``
     when it is done, so that ``out`` holds a whole download or what it held before (empty, or
     nothing when this run made it), also after an error, Ctrl-C or SIGTERM."""
     out = prepare_target(Path(out))
     made = not out.exists()
+    with output_lock(out, "synth"):  # one writer per folder; a second is refused, named
+        _write_locked(prepare_target(out), made, writer)
+
+
+def _write_locked(out: Path, made: bool, writer: Callable[[Path], None]) -> None:
+    """:func:`write_in_place`'s work, under the folder's lock (``made``: this run made
+    ``out``, so an interrupted run removes it)."""
     tmp: Path | None = None
     moved: list[Path] = []
     try:
-        with stop_on_sigterm():
+        with stop_on_signals(SynthInterrupted):
             out.mkdir(parents=True, exist_ok=True)  # a new folder gets the umask's mode
-            tmp = Path(tempfile.mkdtemp(prefix=PARTIAL_PREFIX, dir=out))
+            with signals_deferred():  # never a folder made but not yet known
+                tmp = Path(tempfile.mkdtemp(prefix=PARTIAL_PREFIX, dir=out))
             writer(tmp)
             for entry in sorted(tmp.iterdir()):
                 os.rename(entry, out / entry.name)
                 moved.append(out / entry.name)
             tmp.rmdir()
     except BaseException:
-        with _ignoring_sigterm():
+        with holding_off_signals():  # the cleanup finishes
             for path in [*moved, *([tmp] if tmp else [])]:
                 if path.is_dir() and not path.is_symlink():
                     shutil.rmtree(path, ignore_errors=True)
@@ -111,16 +102,3 @@ def write_in_place(out: Path, writer: Callable[[Path], None]) -> None:
                 with contextlib.suppress(OSError):
                     out.rmdir()
         raise
-
-
-@contextlib.contextmanager
-def _ignoring_sigterm() -> Iterator[None]:
-    """Hold SIGTERM off during the cleanup (main thread only), so that it finishes."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)

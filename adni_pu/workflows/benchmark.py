@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from adni_pu import fileio
 from adni_pu.errors import ConfigError
 from adni_pu.locking import holding_output_lock
 from adni_pu.provenance import run_machines
+from adni_pu.signals import Interrupted, signal_of
 from adni_pu.workflows.class_prior import resolve_prior
 from adni_pu.workflows.results_format import (
     DATA_NAMES,
@@ -351,12 +353,12 @@ def _nn_share(history: list[dict[str, Any]]) -> float | None:
     return None if summary is None else summary["share"]
 
 
-class BenchmarkInterrupted(KeyboardInterrupt):
-    """Ctrl-C stopped a benchmark; ``hint`` says what is kept and how to continue."""
+class BenchmarkInterrupted(Interrupted):
+    """Ctrl-C or SIGTERM (``signum``) stopped a benchmark (:mod:`adni_pu.signals`);
+    ``hint`` says what is kept and how to continue."""
 
-    def __init__(self, hint: str) -> None:
-        super().__init__(hint)
-        self.hint = hint
+    def __init__(self, hint: str, signum: int = signal.SIGINT) -> None:
+        super().__init__(signum, hint)
 
 
 @holding_output_lock("benchmark", lambda args: args["spec"].out)
@@ -375,7 +377,7 @@ def run_benchmark(spec: BenchmarkSpec, results_json: Path | None = None,
     except KeyboardInterrupt as stop:
         if isinstance(stop, BenchmarkInterrupted):
             raise
-        raise BenchmarkInterrupted(interrupted_hint(spec)) from stop
+        raise BenchmarkInterrupted(interrupted_hint(spec), signal_of(stop)) from stop
 
 
 def interrupted_hint(spec: BenchmarkSpec) -> str:

@@ -89,16 +89,9 @@ RUN_LAYOUT = outputs.Layout("train", "RUN", RUN_JSON, (
     outputs.Output(f"{PREDICTIONS_DIR}/", "predict", "raw scans preprocessed for the model"),
 ))
 
-#: Every layout, run folder first: the registry of the names each command writes.
+#: The layouts whose record marks a folder as a training command's own, run folder first
+#: (every command's: :mod:`adni_pu.workflows.output_registry`).
 LAYOUTS: tuple[outputs.Layout, ...] = (RUN_LAYOUT, *outputs.FOLDER_LAYOUTS)
-
-
-def registry() -> list[tuple[str, str, str]]:
-    """(command, folder, name) for every name a command writes: the run folder's and each
-    OUTPUT folder's (:mod:`adni_pu.outputs`), plus predict's and benchmark table's files."""
-    rows = [(o.writer.split(" (")[0], lay.folder, o.name)
-            for lay in (*LAYOUTS, outputs.PREDICT, outputs.BENCHMARK_TABLE) for o in lay.names]
-    return rows
 
 
 def claim_folder(folder: Path, command: str) -> None:

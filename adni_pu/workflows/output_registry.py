@@ -1,0 +1,54 @@
+"""The registry of output names: every name each writing command of the CLI writes.
+
+Each command declares its names where it writes them (:data:`run_folder.RUN_LAYOUT`,
+:mod:`adni_pu.outputs`, :data:`adni_pu.preprocessing.derivatives.LAYOUT`,
+:data:`adni_pu.cohort.files.LAYOUT`, :data:`adni_pu.preprocessing.qc_report.LAYOUT`,
+:data:`adni_pu.synth.adni_download.LAYOUT`; the demo's, whose names are its stages, here);
+this module gathers them. The CLI's contract test (tests/test_cli_contract.py) checks that
+every writing command has a layout here and writes nothing outside it.
+"""
+
+from __future__ import annotations
+
+from adni_pu import outputs
+from adni_pu.cohort.files import LAYOUT as COHORT_BUILD
+from adni_pu.cohort.files import REPORT_LAYOUT as COHORT_REPORT
+from adni_pu.preprocessing.derivatives import LAYOUT as PREPROCESS
+from adni_pu.preprocessing.qc_report import LAYOUT as QC
+from adni_pu.synth.adni_download import LAYOUT as SYNTH
+from adni_pu.workflows.run_folder import LAYOUTS as RUN_FOLDER_LAYOUTS
+
+#: ``adni-pu demo --out OUT``: one folder per stage (:mod:`adni_pu.workflows.demo`), each
+#: written by the library of its stage, and the report.
+DEMO = outputs.Layout("demo", "OUT", "demo.json", tuple(
+    outputs.Output(name, "demo", what) for name, what in (
+        ("synth/", "the synthetic cohort (adni_pu.synth)"),
+        ("preprocessed/", "the preprocessing output (preprocess's layout)"),
+        ("cohort/", "the cohort (cohort build's layout) and its folds/"),
+        ("prior/", "the class prior estimates, one run folder per fold"),
+        ("runs/", "one run folder per method and fold (the run folder's layout)"),
+        ("cache/", "the data pipeline's disk cache"),
+        ("roc.png", "the held-out subjects' ROC curves"),
+        ("report.md", "the demo's report"),
+        ("demo.json", "the results, settings and timings (the record)"))))
+
+#: Every command's layout: the run folder and the OUTPUT folders of the training commands
+#: first, then the data commands'.
+LAYOUTS: tuple[outputs.Layout, ...] = (
+    *RUN_FOLDER_LAYOUTS, outputs.PREDICT, outputs.BENCHMARK_TABLE, PREPROCESS, QC,
+    COHORT_BUILD, COHORT_REPORT, SYNTH, DEMO)
+
+
+def registry() -> list[tuple[str, str, str]]:
+    """(command, folder, name) for every name a command writes."""
+    return [(o.writer.split(" (")[0], lay.folder, o.name) for lay in LAYOUTS for o in lay.names]
+
+
+def writing_commands() -> set[str]:
+    """The commands that write (``"cohort build"``, ``"train"``, ...): each has a layout."""
+    return {command for command, _, _ in registry()}
+
+
+def layout(command: str) -> outputs.Layout:
+    """The layout of ``command``'s own folder (for ``train``: the run folder)."""
+    return next(lay for lay in LAYOUTS if lay.command == command)
