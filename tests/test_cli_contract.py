@@ -140,6 +140,25 @@ class Inputs:
 
         return self._once("cifar", make)
 
+    def compare_args(self, out: Path) -> list[str]:
+        return ["benchmark", "cohort", self.manifest, out, "--methods", "naive,nnpu",
+                "--folds", "2", "--seeds", "1", "--bootstrap", "20", *self.tiny_sets()]
+
+    @property
+    def compared(self) -> Path:
+        """A finished comparison's pieces and folds, without its report (which
+        ``benchmark cohort-report`` writes)."""
+        def make() -> Path:
+            done = self.root / "compared-full"
+            result = CliRunner().invoke(app, [str(a) for a in self.compare_args(done)])
+            assert result.exit_code == 0, result.output
+            kept = self.root / "compared"
+            shutil.copytree(done, kept, ignore=shutil.ignore_patterns(
+                "report.*", "roc.png", "calibration.png", "records", "volume_features.csv"))
+            return kept
+
+        return self._once("compared", make)
+
     @property
     def results(self) -> Path:
         def make() -> Path:
@@ -167,6 +186,13 @@ def _cohort_report_args(w: Inputs, out: Path) -> list[str]:
         return w.root / "built"
 
     return ["cohort", "report", str(w._once("built", build)), "--out", str(out)]
+
+
+def _compare_report_args(w: Inputs, out: Path) -> list[str]:
+    """cohort-report writes into a comparison folder: a copy of a finished one."""
+    if not out.exists():
+        shutil.copytree(w.compared, out)
+    return ["benchmark", "cohort-report", out, "--bootstrap", "20"]
 
 
 def _copy_qc(w: Inputs, out: Path) -> list[str]:
@@ -265,6 +291,15 @@ CASES: dict[str, Case] = {case.command: case for case in (
          skip={"umask": "the same workflow as benchmark mnist (adni_pu.workflows.benchmark), "
                         "whose outputs are checked; CIFAR's network is slower",
                "signal": "as benchmark mnist"}),
+    Case("benchmark cohort", lambda w, out: w.compare_args(out),
+         lambda w, out: [*w.compare_args(out)[:4], "--methods", "naive,svm"],
+         skip={"signal": "each piece is a train run (the train case stops one) and a rerun "
+                         "skips finished pieces and resumes a cut one "
+                         "(tests/test_compare.py)"}),
+    Case("benchmark cohort-report", _compare_report_args,
+         lambda w, out: [*_compare_report_args(w, out), "--pair", "naive"],
+         skip={"signal": _FAST, "foreign": "its OUT is a comparison folder it reads (a file "
+                                           "there is refused as no comparison folder)"}),
     Case("benchmark table", lambda w, out: ["benchmark", "table", w.results,
                                             "--out", out / "t"],
          lambda w, out: ["benchmark", "table", w.results, "--out", out / "t",
@@ -376,8 +411,10 @@ def test_outputs_respect_the_umask_and_the_registry(command, mask, inputs, tmp_p
         os.umask(before)
     assert result.exit_code in case.ok, result.output
     written = list(out.rglob("*"))
-    if command == "qc":  # it writes into preprocess's folder (a copy): its own names only
-        given = {p.relative_to(inputs.qc[0]) for p in inputs.qc[0].rglob("*")}
+    copied = {"qc": lambda: inputs.qc[0],  # they write into another command's folder (a
+              "benchmark cohort-report": lambda: inputs.compared}.get(command)  # copy)
+    if copied is not None:  # their own names only
+        given = {p.relative_to(copied()) for p in copied().rglob("*")}
         written = [p for p in written if p.relative_to(out) not in given]
     assert written
     for path in written:

@@ -25,6 +25,15 @@ def _pairs(texts: list[str] | None) -> list[tuple[str, str]] | None:
     return out
 
 
+def _part(piece: list[str] | None, report_only: bool) -> str | None:
+    """The lock part of a process that takes some pieces (several such processes share
+    OUT: each holds its folder lock shared and its part's exclusive); None: the whole
+    comparison, or its report, alone in OUT."""
+    if not piece or report_only:
+        return None
+    return "pieces-" + "-".join("".join(c if c.isalnum() else "_" for c in p) for p in piece)
+
+
 def _prior(text: str) -> float | str:
     if text in ("cohort", "estimate"):
         return text
@@ -68,6 +77,7 @@ def cohort(
 ) -> None:
     """Which method on my cohort: every method x fold x seed trained (each a resumable piece,
     a run folder), held-out predictions pooled, metrics with CIs and paired differences."""
+    from adni_pu.locking import output_lock
     from adni_pu.workflows.compare.pieces import CompareSpec, prepare, run_comparison
     from adni_pu.workflows.compare.report import write_report
 
@@ -79,28 +89,29 @@ def cohort(
                        config_file=str(config) if config is not None else None,
                        overrides=tuple(set_ or []))
     pairs = _pairs(pair)
-    if report_only:
-        prepare(spec, piece)  # the same checks: the folder must hold this comparison
-    else:
-        counts = run_comparison(spec, piece, log=lambda m: typer.echo(m, err=True))
-        wall = time.perf_counter() - tic
-        typer.echo(f"pieces: {counts['trained']} trained, {counts['finished_before']} finished "
-                   f"before, {counts['held_elsewhere']} held by another process "
-                   f"({counts['pieces']} taken); {wall:.1f} s, of which training "
-                   f"{counts['train_seconds']:.1f} s")
-    command = "adni-pu benchmark cohort " + " ".join(
-        [str(manifest), str(out), f"--methods {methods}", f"--folds {folds}",
-         f"--seeds {seeds}"] + [f"--set {s}" for s in set_ or []])
-    if piece and not report_only:
-        from adni_pu.workflows.compare.report import collect
+    with output_lock(out, "benchmark cohort", part=_part(piece, report_only)):
+        if report_only:
+            prepare(spec, piece)  # the same checks: the folder must hold this comparison
+        else:
+            counts = run_comparison(spec, piece, log=lambda m: typer.echo(m, err=True))
+            wall = time.perf_counter() - tic
+            typer.echo(f"pieces: {counts['trained']} trained, {counts['finished_before']} finished "
+                       f"before, {counts['held_elsewhere']} held by another process "
+                       f"({counts['pieces']} taken); {wall:.1f} s, of which training "
+                       f"{counts['train_seconds']:.1f} s")
+        command = "adni-pu benchmark cohort " + " ".join(
+            [str(manifest), str(out), f"--methods {methods}", f"--folds {folds}",
+             f"--seeds {seeds}"] + [f"--set {s}" for s in set_ or []])
+        if piece and not report_only:
+            from adni_pu.workflows.compare.report import collect
 
-        left = collect(spec)[2]
-        if left:  # the other pieces are other processes'; the last one writes the report
-            typer.echo(f"{len(left)} pieces of the comparison left (e.g. {left[0]}); once "
-                       f"they are done: adni-pu benchmark cohort-report {out}")
-            return
-    path = write_report(out, pairs, bootstrap, command)
-    typer.echo(f"report: {path}")
+            left = collect(spec)[2]
+            if left:  # the other pieces are other processes'; the last one writes the report
+                typer.echo(f"{len(left)} pieces of the comparison left (e.g. {left[0]}); once "
+                           f"they are done: adni-pu benchmark cohort-report {out}")
+                return
+        path = write_report(out, pairs, bootstrap, command)
+        typer.echo(f"report: {path}")
 
 
 def cohort_report(
@@ -112,7 +123,10 @@ def cohort_report(
     bootstrap: Annotated[int, typer.Option(help="bootstrap resamples of the CIs")] = 1000,
 ) -> None:
     """The comparison's report from its finished pieces (after a cluster's array job)."""
+    from adni_pu.locking import output_lock
     from adni_pu.workflows.compare.report import write_report
 
-    path = write_report(out, _pairs(pair), bootstrap, f"adni-pu benchmark cohort-report {out}")
+    pairs = _pairs(pair)
+    with output_lock(out, "benchmark cohort-report"):  # not while pieces are being trained
+        path = write_report(out, pairs, bootstrap, f"adni-pu benchmark cohort-report {out}")
     typer.echo(f"report: {path}")

@@ -3,7 +3,8 @@
 Each command declares its names where it writes them (:data:`run_folder.RUN_LAYOUT`,
 :mod:`adni_pu.outputs`, :data:`adni_pu.preprocessing.derivatives.LAYOUT`,
 :data:`adni_pu.cohort.files.LAYOUT`, :data:`adni_pu.preprocessing.qc_report.LAYOUT`,
-:data:`adni_pu.synth.adni_download.LAYOUT`; the demo's, whose names are its stages, here);
+:data:`adni_pu.synth.adni_download.LAYOUT`, :data:`adni_pu.workflows.compare.pieces.LAYOUT`;
+the demo's, whose names are its stages, here);
 this module gathers them. The CLI's contract test (tests/test_cli_contract.py) checks that
 every writing command has a layout here and writes nothing outside it.
 """
@@ -16,6 +17,8 @@ from adni_pu.cohort.files import REPORT_LAYOUT as COHORT_REPORT
 from adni_pu.preprocessing.derivatives import LAYOUT as PREPROCESS
 from adni_pu.preprocessing.qc_report import LAYOUT as QC
 from adni_pu.synth.adni_download import LAYOUT as SYNTH
+from adni_pu.workflows.compare.pieces import LAYOUT as COMPARE
+from adni_pu.workflows.compare.pieces import REPORT_LAYOUT as COMPARE_REPORT
 from adni_pu.workflows.run_folder import LAYOUTS as RUN_FOLDER_LAYOUTS
 
 #: ``adni-pu demo --out OUT``: one folder per stage (:mod:`adni_pu.workflows.demo`), each
@@ -35,8 +38,8 @@ DEMO = outputs.Layout("demo", "OUT", "demo.json", tuple(
 #: Every command's layout: the run folder and the OUTPUT folders of the training commands
 #: first, then the data commands'.
 LAYOUTS: tuple[outputs.Layout, ...] = (
-    *RUN_FOLDER_LAYOUTS, outputs.PREDICT, outputs.BENCHMARK_TABLE, PREPROCESS, QC,
-    COHORT_BUILD, COHORT_REPORT, SYNTH, DEMO)
+    *RUN_FOLDER_LAYOUTS, outputs.PREDICT, outputs.BENCHMARK_TABLE, COMPARE, COMPARE_REPORT,
+    PREPROCESS, QC, COHORT_BUILD, COHORT_REPORT, SYNTH, DEMO)
 
 
 def registry() -> list[tuple[str, str, str]]:
