@@ -34,8 +34,9 @@ def qc(
         "--z", help="Robust z-score that marks an outlier.")] = 3.5,
 ) -> None:
     """Write OUTPUT/qc/index.html (every scan: metrics, pictures, ratings); prints outliers."""
-    from adni_pu.errors import ConfigError, OutputError
+    from adni_pu.errors import ConfigError
     from adni_pu.locking import output_lock
+    from adni_pu.preprocessing.qc_group import check_preprocess_folder
 
     if merge and len(merge) != 2:
         raise ConfigError(f"--merge: expected two ratings files (--merge A.tsv --merge B.tsv), "
@@ -43,12 +44,7 @@ def qc(
     if merge and ratings:
         raise ConfigError("--ratings and --merge: give one (the report starts from the merged "
                           "ratings)")
-    if output.exists() and not output.is_dir():
-        raise OutputError(f"{output}: expected a folder written by adni-pu preprocess, found "
-                          "a file")
-    if not output.is_dir():
-        raise OutputError(f"folder not found: {output} (expected a folder written by adni-pu "
-                          "preprocess)")
+    check_preprocess_folder(output)
     if out_png is not None:  # a file qc did not write is refused before anything is written
         from adni_pu.outputs import claim_file
         from adni_pu.preprocessing.qc_group import is_contact_sheet

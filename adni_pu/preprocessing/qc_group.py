@@ -137,12 +137,7 @@ def contact_sheet(
     import matplotlib.pyplot as plt
 
     output = Path(output)
-    if output.exists() and not output.is_dir():
-        raise OutputError(f"{output}: expected a folder written by adni-pu preprocess, found "
-                          "a file")
-    if not output.is_dir():
-        raise OutputError(f"folder not found: {output} (expected a folder written by adni-pu "
-                          "preprocess)")
+    check_preprocess_folder(output)
     ranked = rank_outliers(load_sidecars(output))
     if not ranked:
         raise OutputError(f"{output}: no scan records (sub-*/ses-*/anat/*_desc-preproc_T1w.json) "
@@ -174,3 +169,14 @@ def contact_sheet(
 
     write_outputs({out_png: buf.getvalue()})
     return out_png, outliers
+
+
+def check_preprocess_folder(output: Path) -> None:
+    """Refuse, naming it, an ``output`` that is a file or missing: the QC commands read a
+    folder written by ``adni-pu preprocess``."""
+    if output.exists() and not output.is_dir():
+        raise OutputError(f"{output}: expected a folder written by adni-pu preprocess, found "
+                          "a file")
+    if not output.is_dir():
+        raise OutputError(f"folder not found: {output} (expected a folder written by adni-pu "
+                          "preprocess)")

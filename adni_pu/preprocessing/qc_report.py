@@ -39,7 +39,14 @@ from adni_pu.fileio import atomic_write_text
 from adni_pu.locking import holding_output_lock
 
 from .config import QCSettings
-from .qc_group import CONTACT_SHEET, OUTLIER_METRICS, load_sidecars, metric_stats, rank_outliers
+from .qc_group import (
+    CONTACT_SHEET,
+    OUTLIER_METRICS,
+    check_preprocess_folder,
+    load_sidecars,
+    metric_stats,
+    rank_outliers,
+)
 from .qc_ratings import COLUMNS, RATINGS, Rating
 
 REPORT_DIR = "qc"
@@ -192,12 +199,7 @@ def write_report(output: str | Path, ratings: dict[str, Rating] | None = None,
     folder's lock), starting from ``ratings`` (e.g. a file being resumed); returns its
     path and the scans' records, most suspicious first (:func:`.qc_group.rank_outliers`)."""
     output = Path(output)
-    if output.exists() and not output.is_dir():
-        raise OutputError(f"{output}: expected a folder written by adni-pu preprocess, found "
-                          "a file")
-    if not output.is_dir():
-        raise OutputError(f"folder not found: {output} (expected a folder written by adni-pu "
-                          "preprocess)")
+    check_preprocess_folder(output)
     return _write_locked(output, ratings, z_threshold)
 
 
