@@ -243,7 +243,7 @@ CASES: dict[str, Case] = {case.command: case for case in (
                                   *w.tiny_sets()],
          lambda w, out: ["train", w.manifest, out, "--preset", "no-such-preset"],
          signal_marker="metrics.csv", long_args=lambda w, out: [
-             "train", w.manifest, out, "--preset", "nnpu", *w.tiny_sets(4)]),
+             "train", w.manifest, out, "--preset", "nnpu", *w.tiny_sets(60)]),
     Case("evaluate", lambda w, out: ["evaluate", w.run, "--out", out, "--bootstrap", "20",
                                      "--device", "cpu"],
          lambda w, out: ["evaluate", w.run, "--out", out, "--split", "no-such-split"],
@@ -259,7 +259,7 @@ CASES: dict[str, Case] = {case.command: case for case in (
     Case("prior", lambda w, out: ["prior", w.manifest, out, *w.tiny_sets()],
          lambda w, out: ["prior", w.manifest, out, "--set", "train.epochs=-1"],
          signal_marker="prior_estimate/metrics.csv",
-         long_args=lambda w, out: ["prior", w.manifest, out, *w.tiny_sets(4)]),
+         long_args=lambda w, out: ["prior", w.manifest, out, *w.tiny_sets(60)]),
     Case("preprocess", lambda w, out: ["preprocess", w.blank_scans, out, "--no-progress",
                                        "--set", "n4.shrink_factor=2"],
          lambda w, out: ["preprocess", w.blank_scans, out, "--workers", "0"], ok=(1,),

@@ -102,7 +102,8 @@ def test_predict_fails_broken_model_grid_volumes_alone_and_scores_the_rest(
     # the command: one line per failed scan, the others scored, exit 1 (some scans failed)
     result = runner.invoke(app, ["predict", str(run), *map(str, scans[:3]), str(good)])
     assert result.exit_code == 1, result.output
-    lines = result.output.strip().splitlines()
+    header, *lines = result.output.strip().splitlines()
+    assert header.startswith("positive class: ")  # what the probabilities are of
     assert len(lines) == 4 and "Traceback" not in result.output
     assert lines[2].startswith(f"{scans[2]}\t-\tfailed: ") and "4D series" in lines[2]
     assert lines[3].startswith(f"{good}\t0.") and "(model-grid)" in lines[3]
