@@ -138,8 +138,8 @@ class QCSettings:
 
     The defaults are calibrated on real heads (Colin27 and the heads that packages on PyPI
     ship), broken copies of each, and the demo's synthetic scans
-    (``benchmarks/qc_calibration.py``; the table and the margins are in
-    docs/preprocessing.md).
+    (``benchmarks/qc_calibration.py``, in git at d825906; the table and the margins are
+    in docs/preprocessing.md).
     """
 
     min_brain_ml: float = 700.0

@@ -233,7 +233,7 @@ def registration_metrics(
     depends on the head: a noisy, low-contrast head gains less for the same error, and a
     real head's affine may sit a few mm from this correlation's optimum). Thresholds:
     :class:`~adni_pu.preprocessing.config.QCSettings`, calibrated by
-    ``benchmarks/qc_calibration.py``.
+    ``benchmarks/qc_calibration.py`` (in git at d825906).
     """
     from scipy import ndimage
 

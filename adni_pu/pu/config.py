@@ -186,7 +186,8 @@ class TrainConfig:
     # Evaluate the test split every epoch for the "test-selected" diagnostic only.
     track_test: bool = False
     # Write every epoch's validation logits of every model to ``val_logits/`` in the run
-    # folder, for studies of the selection rule (benchmarks/selection_rules.py).
+    # folder, for studies of the selection rule (benchmarks/selection_rules.py, in git at
+    # d825906).
     record_val_logits: bool = False
     # Random augmentation of tensor images (CIFAR-10) on the training device, per batch:
     # "crop-flip" pads by crop_padding (with zeros, the channel mean after standardising),

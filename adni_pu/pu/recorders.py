@@ -191,7 +191,7 @@ class ValidationLogits(FolderRecorder):
     mask, its unlabelled indices and the priors) once, and ``val_logits/epoch-NNNN.npz``
     (float32 logits of every evaluated model) after every epoch. With them a selection rule
     can be judged on one half of the validation split after choosing on the other
-    (benchmarks/selection_rules.py)."""
+    (benchmarks/selection_rules.py, in git at d825906)."""
 
     def fit_start(self, run: RunView) -> None:
         if not (run.is_main and run.cfg.record_val_logits):

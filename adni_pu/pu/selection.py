@@ -1,8 +1,8 @@
 """Model selection on the validation split: the criteria, the pool, the choice.
 
 The one home of the rules that the trainer applies after every epoch and that the
-benchmark scripts re-apply to recorded runs (``benchmarks/selection_rules.py``,
-``benchmarks/val_summary.py``):
+benchmark scripts re-applied to recorded runs (``benchmarks/selection_rules.py`` and
+``benchmarks/val_summary.py``, in git at d825906):
 
 - the criteria (:func:`val_scores`, :data:`LOWER_IS_BETTER`);
 - the candidates (:func:`candidates`, by each network's role: the teachers once they exist,
