@@ -44,6 +44,18 @@ class Interrupted(KeyboardInterrupt):
 
 
 @contextlib.contextmanager
+def _handling(handler: Any) -> Iterator[None]:
+    """``handler`` for SIGINT and SIGTERM while the block runs; the previous handlers are
+    restored after (main thread only: the callers check)."""
+    old = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, previous in old.items():
+            signal.signal(sig, previous)
+
+
+@contextlib.contextmanager
 def stop_on_signals(raise_as: type[Interrupted] = Interrupted) -> Iterator[None]:
     """While the block runs, SIGINT and SIGTERM raise ``raise_as(signum)`` (an
     :class:`Interrupted`).
@@ -62,12 +74,8 @@ def stop_on_signals(raise_as: type[Interrupted] = Interrupted) -> Iterator[None]
             signal.signal(sig, signal.SIG_IGN)
         raise raise_as(signum)
 
-    old = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
-    try:
+    with _handling(handler):
         yield
-    finally:
-        for sig, previous in old.items():
-            signal.signal(sig, previous)
 
 
 @contextlib.contextmanager
@@ -77,12 +85,8 @@ def holding_off_signals() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    old = {sig: signal.signal(sig, signal.SIG_IGN) for sig in STOP_SIGNALS}
-    try:
+    with _handling(signal.SIG_IGN):
         yield
-    finally:
-        for sig, previous in old.items():
-            signal.signal(sig, previous)
 
 
 @contextlib.contextmanager
@@ -104,14 +108,10 @@ def signals_deferred() -> Iterator[None]:
     def note(signum: int, frame: Any) -> None:
         came.append(signum)
 
-    old = {sig: signal.signal(sig, note) for sig in STOP_SIGNALS}
-    try:
+    with _handling(note):
         yield
-    finally:
-        for sig, previous in old.items():
-            signal.signal(sig, previous)
-        if came:
-            signal.raise_signal(came[0])
+    if came:
+        signal.raise_signal(came[0])
 
 
 def signal_of(exc: BaseException) -> int:
