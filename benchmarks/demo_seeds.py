@@ -211,7 +211,7 @@ def main() -> None:
 
     from adni_pu.fileio import atomic_write_text
     from adni_pu.provenance import provenance
-    from adni_pu.workflows.crossval import paired_difference
+    from adni_pu.workflows.compare.scores import paired_difference
 
     records = {run: json.loads((run / "demo.json").read_text()) for run in args.runs}
     methods = list(next(iter(records.values()))["results"])

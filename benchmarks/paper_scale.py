@@ -340,7 +340,7 @@ def predictions(recs: list[dict], seeds: list[int]) -> Any:
 def paired_rows(results: dict[str, list[dict]], n_boot: int = 1000) -> list[dict]:
     """Paired differences (accuracy and AUC) on the seeds both methods have."""
 
-    from adni_pu.workflows.crossval import paired_difference
+    from adni_pu.workflows.compare.scores import paired_difference
 
     rows = []
     for a, b in PAIRS:
@@ -364,7 +364,7 @@ def beside_rows(results: dict[str, list[dict]], other: dict[str, list[dict]],
     scored (all of them where both cohorts made the same split); ``names`` name the two
     sides in the rows."""
 
-    from adni_pu.workflows.crossval import paired_difference
+    from adni_pu.workflows.compare.scores import paired_difference
 
     rows = []
     for method in METHODS:

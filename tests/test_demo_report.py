@@ -11,12 +11,8 @@ from typer.testing import CliRunner
 
 from adni_pu import atlas
 from adni_pu.cli.app import app
-from adni_pu.workflows.crossval import (
-    fold_manifests,
-    logistic_reference,
-    pooled_metrics,
-    volume_features,
-)
+from adni_pu.workflows.compare.references import logistic_reference, volume_features
+from adni_pu.workflows.crossval import fold_manifests, pooled_metrics
 from adni_pu.workflows.demo import DemoSettings, StageProgress
 from adni_pu.workflows.demo_report import coinciding, explanation, render_report, scope
 
@@ -213,7 +209,7 @@ def test_stage_progress_says_what_is_left():
 
 
 def test_paired_difference_is_paired_over_subjects_and_seeds():
-    from adni_pu.workflows.crossval import paired_difference
+    from adni_pu.workflows.compare.scores import paired_difference
 
     rng = np.random.default_rng(0)
     rows = []

@@ -227,7 +227,7 @@ def test_a_refused_volume_leaves_no_cache_thread_running(cohort: Path, tmp_path:
 
 def test_evaluate_and_volume_features_use_the_same_check(cohort: Path, run: Path,
                                                          tmp_path: Path) -> None:
-    from adni_pu.workflows.crossval import volume_features
+    from adni_pu.workflows.compare.references import volume_features
 
     data, affine = _grid_scan(cohort, 3)
     zero = _save(tmp_path / "zero.nii.gz", np.zeros_like(data), affine)

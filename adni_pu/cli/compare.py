@@ -54,6 +54,8 @@ def cohort(
     folds: Annotated[int, typer.Option(help="cross-validation folds K (by subject)")] = 5,
     seeds: Annotated[int, typer.Option(help="training seeds S per fold")] = 1,
     fold_seed: Annotated[int, typer.Option(help="seed of the fold assignment")] = 0,
+    first_seed: Annotated[int, typer.Option(
+        help="the first training seed (the seeds are FIRST_SEED to FIRST_SEED+SEEDS-1)")] = 0,
     test_size: Annotated[Optional[int], typer.Option(  # noqa: UP045
         show_default="none", help="hold out this many subjects as a fixed test set")] = None,
     keep_test: Annotated[bool, typer.Option(
@@ -84,7 +86,8 @@ def cohort(
     tic = time.perf_counter()
     spec = CompareSpec(manifest=str(manifest), out=str(out),
                        methods=tuple(m.strip() for m in methods.split(",") if m.strip()),
-                       folds=folds, seeds=seeds, fold_seed=fold_seed, test_size=test_size,
+                       folds=folds, seeds=seeds, fold_seed=fold_seed,
+                       first_seed=first_seed, test_size=test_size,
                        keep_test=keep_test, prior=_prior(prior),
                        config_file=str(config) if config is not None else None,
                        overrides=tuple(set_ or []))
@@ -101,7 +104,8 @@ def cohort(
                        f"{counts['train_seconds']:.1f} s")
         command = "adni-pu benchmark cohort " + " ".join(
             [str(manifest), str(out), f"--methods {methods}", f"--folds {folds}",
-             f"--seeds {seeds}"] + [f"--set {s}" for s in set_ or []])
+             f"--seeds {seeds}"] + ([f"--first-seed {first_seed}"] if first_seed else [])
+            + [f"--set {s}" for s in set_ or []])
         if piece and not report_only:
             from adni_pu.workflows.compare.report import collect
 

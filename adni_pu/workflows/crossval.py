@@ -18,18 +18,14 @@ Reference scores on the same folds give the CNN's numbers meaning:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from adni_pu import fileio
-from adni_pu.atlas import VENTRICLE_BOX_MM
 from adni_pu.errors import ConfigError
 
-# Intensity (relative to the scan's brain median) below which a voxel counts as CSF.
-CSF_LEVEL = 0.55
 # Share of the non-test subjects of a fold that form its validation split.
 VAL_SHARE_FOLDS = 5
 
@@ -128,109 +124,3 @@ def pooled_metrics(predictions: Any, n_boot: int = 1000, seed: int = 0,
     return out
 
 
-def volume_features(paths: Iterable[str | Path]) -> Any:
-    """Per scan: ``hippocampus_ml`` (hippocampal tissue) and ``central_csf_ml`` (CSF around
-    the lateral ventricles), measured on model-grid volumes (``adni-pu preprocess`` output).
-
-    Tissue and CSF are told apart by intensity relative to the scan's brain median
-    (``CSF_LEVEL``), so no segmentation is needed; the numbers are proxies, good for
-    ranking subjects, not calibrated volumes.
-    """
-    import pandas as pd
-
-    from adni_pu import atlas
-    from adni_pu.data.grid_check import read_model_grid
-
-    affine = atlas.model_grid_affine()
-    shape = atlas.MODEL_GRID_SHAPE
-    hippocampus = atlas.region_mask(atlas.HIPPOCAMPUS_LEFT + atlas.HIPPOCAMPUS_RIGHT)
-    box = atlas.mm_box_mask(VENTRICLE_BOX_MM, affine, shape)
-    voxel_ml = abs(float(np.linalg.det(affine[:3, :3]))) / 1000.0
-    rows = []
-    for path in paths:
-        vol = read_model_grid(path, shape)  # the model-grid input check (ManifestError)
-        brain = vol > 0
-        level = CSF_LEVEL * float(np.median(vol[brain])) if brain.any() else 0.0
-        rows.append({"scan_path": str(path),
-                     "hippocampus_ml": float((hippocampus & (vol > level)).sum()) * voxel_ml,
-                     "central_csf_ml": float((box & brain & (vol <= level)).sum()) * voxel_ml})
-    return pd.DataFrame(rows, columns=["scan_path", "hippocampus_ml", "central_csf_ml"])
-
-
-FEATURES: tuple[str, ...] = ("hippocampus_ml", "central_csf_ml")
-
-
-def logistic_reference(frame: Any, features: Any) -> Any:
-    """Held-out logits of a logistic regression on :data:`FEATURES`, one fold.
-
-    ``frame``: the fold's manifest (``subject_id, scan_path, pu_label, truth, split``);
-    ``features``: :func:`volume_features` rows keyed by ``scan_path``. Fitted on the
-    training subjects' PU labels (labelled vs unlabelled, what the naive method learns
-    from; no truth), standardised on them; returns ``subject_id, logit, truth`` of the
-    test subjects (scan logits averaged per subject).
-    """
-    import pandas as pd
-    from sklearn.linear_model import LogisticRegression
-
-    rows = frame.merge(features, on="scan_path", how="left")
-    if rows[list(FEATURES)].isna().any().any():
-        missing = rows.loc[rows[list(FEATURES)].isna().any(axis=1), "scan_path"].iloc[0]
-        raise ValueError(f"{missing}: no volume features")
-    train = rows[rows["split"] == "train"]
-    test = rows[rows["split"] == "test"]
-    mean = train[list(FEATURES)].mean()
-    std = train[list(FEATURES)].std(ddof=0).replace(0.0, 1.0)
-    model = LogisticRegression(class_weight="balanced")
-    model.fit(((train[list(FEATURES)] - mean) / std).to_numpy(),
-              train["pu_label"].astype(int).to_numpy())
-    logits = model.decision_function(((test[list(FEATURES)] - mean) / std).to_numpy())
-    scans = pd.DataFrame({"subject_id": test["subject_id"].to_numpy(), "logit": logits,
-                          "truth": test["truth"].astype(float).to_numpy()})
-    return scans.groupby("subject_id", sort=True).agg(
-        logit=("logit", "mean"), truth=("truth", "first")).reset_index()
-
-
-def paired_difference(a: Any, b: Any, n_boot: int = 1000, seed: int = 0,
-                      level: float = 0.95, metric: str = "auc") -> dict[str, Any]:
-    """``metric`` (AUC by default; ``accuracy``, or a PU metric when both frames carry
-    ``pu_label``) of ``a`` minus that of ``b`` on the same subjects, with a paired
-    bootstrap CI.
-
-    ``a`` and ``b``: per-subject predictions (``subject_id, logit, truth`` and optionally
-    ``seed``, one row per subject and seed). Subjects with unknown truth are left out and
-    both must score the same subjects. The bootstrap resamples seeds, then subjects within
-    each drawn seed, and takes the same draw for both methods (paired); the difference is
-    the mean over seeds of the per-seed AUC difference. Returns ``value, ci_low, ci_high``,
-    the share of resamples where ``a`` is better, and the counts.
-    """
-    from adni_pu.pu.metrics import binary_metrics, paired_bootstrap
-
-    keys = ["seed", "subject_id"]
-    a = a.assign(seed=a.get("seed", 0))
-    b = b.assign(seed=b.get("seed", 0))
-    extra = ["pu_label"] if "pu_label" in a else []
-    both = a[keys + ["logit", "truth"] + extra].merge(
-        b[keys + ["logit"]], on=keys, how="outer", suffixes=("_a", "_b"), indicator=True)
-    if (both["_merge"] != "both").any():
-        odd = both.loc[both["_merge"] != "both", "subject_id"].iloc[0]
-        raise ValueError(f"paired difference: subject {odd} is scored by one method only")
-    both = both[both["truth"].notna()]
-    if not extra:
-        both = both.assign(pu_label=np.nan)
-    groups = [(g["logit_a"].to_numpy(float), g["logit_b"].to_numpy(float),
-               g["truth"].to_numpy(float), g["pu_label"].to_numpy(float))
-              for _, g in both.groupby("seed", sort=True)]
-
-    def diff(picks: list[tuple[int, np.ndarray]]) -> float:
-        values = []
-        for g, idx in picks:
-            la, lb, truth, pu = (arr[idx] for arr in groups[g])
-            pu = pu if extra else None
-            values.append(binary_metrics(la, truth, pu)[metric]
-                          - binary_metrics(lb, truth, pu)[metric])
-        values = [v for v in values if not np.isnan(v)]  # a resample with one class only
-        return float(np.mean(values)) if values else float("nan")
-
-    out = paired_bootstrap([len(g[2]) for g in groups], diff, n_boot, seed, level)
-    return {**out, "metric": metric,
-            "n_subjects": int(len(both)), "n_seeds": len(groups), "resamples": n_boot}

@@ -122,7 +122,8 @@ def reference_scores(out: Path, synth_dir: Path, fold_paths: list[Path], scored:
     import pandas as pd
 
     from adni_pu.cohort import read_manifest
-    from adni_pu.workflows.crossval import logistic_reference, pooled_metrics, volume_features
+    from adni_pu.workflows.compare.references import logistic_reference, volume_features
+    from adni_pu.workflows.crossval import pooled_metrics
 
     frames = [read_manifest(p) for p in fold_paths]
     cache = out / "volume_features.csv"

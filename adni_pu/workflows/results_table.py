@@ -152,7 +152,7 @@ def accuracy_difference(entries: dict[str, dict[str, Any]], a: str, b: str,
                       n_boot: int = 1000, level: float = 0.95) -> dict[str, Any]:
     """Test accuracy of ``a`` minus ``b`` (percentage points) on the seeds both ran, from
     the seed records of results files (the per-subject paired difference of a cohort's
-    predictions is :func:`adni_pu.workflows.crossval.paired_difference`).
+    predictions is :func:`adni_pu.workflows.compare.scores.paired_difference`).
 
     95 % CI by a paired bootstrap over seeds and test examples when every seed's record of
     both carries its per-example results (``test_examples``), otherwise a t-interval over

@@ -40,13 +40,13 @@ def resolve_run(folder: Path, method: str | None, fold: int | None, seed: int | 
                           f"({', '.join(spec.methods)}) and --fold (0 to {spec.folds - 1})")
     if seed is None:
         if spec.seeds > 1:
-            raise ConfigError(f"{folder}: {spec.seeds} seeds: name one with --seed (0 to "
-                              f"{spec.seeds - 1})")
-        seed = 0
+            raise ConfigError(f"{folder}: {spec.seeds} seeds: name one with --seed "
+                              f"({_seed_range(spec)})")
+        seed = spec.first_seed
     checks = ((method in spec.methods, f"method {method!r}: expected one of "
                f"{', '.join(spec.methods)}"),
               (0 <= fold < spec.folds, f"--fold {fold}: expected 0 to {spec.folds - 1}"),
-              (0 <= seed < spec.seeds, f"--seed {seed}: expected 0 to {spec.seeds - 1}"))
+              (seed in spec.seed_values, f"--seed {seed}: expected {_seed_range(spec)}"))
     for ok, why in checks:
         if not ok:
             raise ConfigError(f"{folder}: {why}")
@@ -61,9 +61,9 @@ def fold_models(folder: Path, method: str, seed: int | None) -> list[Path]:
     if method not in spec.methods:
         raise ConfigError(f"{folder}: --method {method!r}: expected one of "
                           f"{', '.join(spec.methods)}")
-    seeds = range(spec.seeds) if seed is None else [seed]
-    if seed is not None and not 0 <= seed < spec.seeds:
-        raise ConfigError(f"{folder}: --seed {seed}: expected 0 to {spec.seeds - 1}")
+    seeds = spec.seed_values if seed is None else (seed,)
+    if seed is not None and seed not in spec.seed_values:
+        raise ConfigError(f"{folder}: --seed {seed}: expected {_seed_range(spec)}")
     runs = [piece_dir(folder, Piece(method, k, s)) for s in seeds for k in range(spec.folds)]
     done = [r for r in runs if (r / "best_model.pt").is_file() and (r / "piece.json").is_file()]
     if not done:
@@ -107,3 +107,8 @@ def ensemble_predict(folder: Path, scans: list[Path], method: str, seed: int | N
             check_table_out(Path(out), [Path(s) for s in scans])  # again, under the lock
             atomic_write_text(Path(out), table.to_csv(index=False))
     return table
+
+
+def _seed_range(spec: Any) -> str:
+    """``0 to 2``: the comparison's training seeds, as a refusal names them."""
+    return f"{spec.seed_values[0]} to {spec.seed_values[-1]}"

@@ -38,11 +38,18 @@ class CompareSpec:
     folds: int = 5
     seeds: int = 1
     fold_seed: int = 0
+    first_seed: int = 0
+    """The training seeds are ``first_seed`` to ``first_seed + seeds - 1``."""
     test_size: int | None = None
     keep_test: bool = False
     prior: float | str = "cohort"
     config_file: str | None = None
     overrides: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def seed_values(self) -> tuple[int, ...]:
+        """The training seeds, in order."""
+        return tuple(range(self.first_seed, self.first_seed + self.seeds))
 
     def recorded(self) -> dict[str, Any]:
         data = asdict(self)
@@ -67,7 +74,7 @@ class Piece:
 def all_pieces(spec: CompareSpec) -> list[Piece]:
     """Every piece, in a fixed order: seeds, then folds, then methods (so the first pieces
     done give every method one fold)."""
-    return [Piece(m, k, s) for s in range(spec.seeds) for k in range(spec.folds)
+    return [Piece(m, k, s) for s in spec.seed_values for k in range(spec.folds)
             for m in spec.methods]
 
 
@@ -116,6 +123,8 @@ def check_spec(spec: CompareSpec) -> None:
                           "out by one fold)")
     if spec.seeds < 1:
         raise ConfigError(f"--seeds {spec.seeds}: expected at least 1")
+    if spec.first_seed < 0:
+        raise ConfigError(f"--first-seed {spec.first_seed}: expected 0 or more")
     if spec.keep_test and spec.test_size:
         raise ConfigError("--keep-test and --test-size: choose one fixed test set")
 

@@ -58,7 +58,7 @@ def collect(spec: CompareSpec) -> tuple[dict[str, Any], list[dict[str, Any]], li
     frames: dict[str, Any] = {}
     for method in spec.methods:
         rows = []
-        for seed in range(spec.seeds):
+        for seed in spec.seed_values:
             mine = [r for r in records if r["method"] == method and r["seed"] == seed]
             if len(mine) == spec.folds:
                 rows += [{**p, "seed": seed, "fold": r["fold"]} for r in mine
@@ -127,7 +127,7 @@ def references(spec: CompareSpec, frames: dict[str, Any], n_boot: int) -> dict[s
 
     from adni_pu.errors import AdniPuError
     from adni_pu.workflows.compare.pieces import fold_manifest
-    from adni_pu.workflows.crossval import logistic_reference, volume_features
+    from adni_pu.workflows.compare.references import logistic_reference, volume_features
 
     first = next(iter(frames.values()))
     truth = first[first["seed"] == first["seed"].min()]["truth"].dropna().to_numpy()

@@ -5,8 +5,8 @@ Every subject is scored once per seed, by the fold model that held it out; one m
 predictions of one seed are pooled over the folds. Each metric's value is the mean over
 seeds of the pooled metric, its 95 % CI a two-level bootstrap (seeds, then subjects within
 each drawn seed: :func:`adni_pu.pu.metrics.paired_bootstrap`, which with one seed is the
-subject bootstrap); paired differences are :func:`adni_pu.workflows.crossval.
-paired_difference`, the one paired difference of the project.
+subject bootstrap); paired differences are :func:`paired_difference`, the one paired difference of the
+project.
 """
 
 from __future__ import annotations
@@ -84,8 +84,6 @@ def paired_scores(frames: dict[str, Any], pairs: list[tuple[str, str]], n_boot: 
                   ) -> list[dict[str, Any]]:
     """Each pair's differences (A minus B) of :data:`PAIRED_METRICS`, paired over seeds
     and subjects."""
-    from adni_pu.workflows.crossval import paired_difference
-
     out = []
     for a, b in pairs:
         if a not in frames or b not in frames:
@@ -130,3 +128,49 @@ def ensemble_test(frame: Any) -> Any:
         pu_label=("pu_label", "first"), truth=("truth", "first")).reset_index()
     out["logit"] = logit(out["probability"].to_numpy())
     return out.assign(seed=0)
+
+
+def paired_difference(a: Any, b: Any, n_boot: int = 1000, seed: int = 0,
+                      level: float = 0.95, metric: str = "auc") -> dict[str, Any]:
+    """``metric`` (AUC by default; ``accuracy``, or a PU metric when both frames carry
+    ``pu_label``) of ``a`` minus that of ``b`` on the same subjects, with a paired
+    bootstrap CI.
+
+    ``a`` and ``b``: per-subject predictions (``subject_id, logit, truth`` and optionally
+    ``seed``, one row per subject and seed). Subjects with unknown truth are left out and
+    both must score the same subjects. The bootstrap resamples seeds, then subjects within
+    each drawn seed, and takes the same draw for both methods (paired); the difference is
+    the mean over seeds of the per-seed AUC difference. Returns ``value, ci_low, ci_high``,
+    the share of resamples where ``a`` is better, and the counts.
+    """
+    from adni_pu.pu.metrics import binary_metrics, paired_bootstrap
+
+    keys = ["seed", "subject_id"]
+    a = a.assign(seed=a.get("seed", 0))
+    b = b.assign(seed=b.get("seed", 0))
+    extra = ["pu_label"] if "pu_label" in a else []
+    both = a[keys + ["logit", "truth"] + extra].merge(
+        b[keys + ["logit"]], on=keys, how="outer", suffixes=("_a", "_b"), indicator=True)
+    if (both["_merge"] != "both").any():
+        odd = both.loc[both["_merge"] != "both", "subject_id"].iloc[0]
+        raise ValueError(f"paired difference: subject {odd} is scored by one method only")
+    both = both[both["truth"].notna()]
+    if not extra:
+        both = both.assign(pu_label=np.nan)
+    groups = [(g["logit_a"].to_numpy(float), g["logit_b"].to_numpy(float),
+               g["truth"].to_numpy(float), g["pu_label"].to_numpy(float))
+              for _, g in both.groupby("seed", sort=True)]
+
+    def diff(picks: list[tuple[int, np.ndarray]]) -> float:
+        values = []
+        for g, idx in picks:
+            la, lb, truth, pu = (arr[idx] for arr in groups[g])
+            pu = pu if extra else None
+            values.append(binary_metrics(la, truth, pu)[metric]
+                          - binary_metrics(lb, truth, pu)[metric])
+        values = [v for v in values if not np.isnan(v)]  # a resample with one class only
+        return float(np.mean(values)) if values else float("nan")
+
+    out = paired_bootstrap([len(g[2]) for g in groups], diff, n_boot, seed, level)
+    return {**out, "metric": metric,
+            "n_subjects": int(len(both)), "n_seeds": len(groups), "resamples": n_boot}
