@@ -3,25 +3,28 @@
 generate (``adni_pu.synth``) -> preprocess (``adni_pu.preprocessing``, the real pipeline;
 ``preprocessing="ideal"`` uses the generator's perfect model-grid volumes instead, a
 fallback for machines where preprocessing is too slow) -> build the cohort
-(``adni_pu.cohort``) -> train each method on each cross-validation fold
-(``adni_pu.workflows.train``) -> score the held-out subjects -> ``report.md`` with the pooled
-results table, reference lines, an ROC plot, an explanation and the time of every stage.
+(``adni_pu.cohort``) -> the product's comparison of methods (``adni-pu benchmark cohort``,
+:mod:`adni_pu.workflows.compare`: every method on the same subject-level folds, each
+held-out subject scored once by the fold that held it out, pooled, with paired
+differences and calibration) -> ``report.md`` with the pooled results table, reference
+lines, an ROC plot, an explanation and the time of every stage.
 
 The defaults aim at 10 minutes on a 2-core CPU: 100 subjects with one baseline scan each
 at 3 mm and disease effects within published ADNI effect sizes (docs/volumes.md, "Effect
 sizes"), fast registration and skull-stripping settings, a slim 3-branch CNN (8 and 16
 channels, each branch ending in a global average pool, the hippocampus branches pooling
 inside the atlas hippocampus; the brain at 40^3, batch 8), the pipeline's cached stage
-shared by all runs (disk cache), 2-fold cross-validation over all subjects (every subject
-scored once, by the fold that held it out; :mod:`adni_pu.workflows.crossval`) and
-8 epochs per run. The modelling policy (training settings, class prior, reference lines,
-pooling) is :mod:`adni_pu.workflows.demo_policy`; the report
-(:mod:`adni_pu.workflows.demo_report`) puts the reference lines beside the methods and
-explains the numbers.
+shared by all runs (disk cache), 2-fold cross-validation over all subjects and 8 epochs
+per run. The training budget and what the report reads from the comparison are
+:mod:`adni_pu.workflows.demo_policy`; the report (:mod:`adni_pu.workflows.demo_report`)
+puts the reference lines beside the methods and explains the numbers. The comparison
+folder ``OUT/comparison`` is an ordinary one: ``adni-pu benchmark cohort-report``,
+``predict --method``, ``evaluate`` and ``interpret`` work on it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -33,12 +36,12 @@ from adni_pu import config as cfgmod
 from adni_pu import fileio
 from adni_pu.errors import ConfigError, OutputError
 from adni_pu.locking import holding_output_lock
+from adni_pu.workflows.compare.references import LOGISTIC
 from adni_pu.workflows.demo_policy import (
-    demo_prior,
-    estimated_demo_prior,
+    TRUTH_LINE,
+    method_results,
     method_settings,
-    pool_method,
-    reference_scores,
+    truth_reference,
 )
 
 # Preprocessing settings for small synthetic heads, as values: registration at 4 mm with
@@ -50,6 +53,8 @@ FAST_PREPROCESSING: dict[str, Any] = {
     "skullstrip": {"deepbet_size": 192},
     "qc": {"min_brain_ml": 400.0},
 }
+#: The comparison's settings file: the demo budget (:func:`training_file`).
+TRAINING_FILE = "demo_training.toml"
 
 
 @dataclass
@@ -68,10 +73,10 @@ class DemoSettings:
     threads: int = 2
     overrides: tuple[str, ...] = ()
     prior: str = "cohort"
-    """The class prior of each fold's PU methods: "cohort", the positive share of the fold's
-    training subjects with a truth; "estimate", estimated from the fold's PU data alone
-    (:func:`~adni_pu.workflows.demo_policy.estimated_demo_prior`), as a study without
-    amyloid PET must."""
+    """The class prior of each fold's PU methods, resolved as ``adni-pu train`` resolves it:
+    "cohort", the positive share of the fold's training subjects with a truth; "estimate",
+    estimated from the fold's PU data alone (each PU piece's own P-vs-U classifier), as a
+    study without amyloid PET must."""
     synth: dict[str, Any] = field(default_factory=lambda: {
         "voxel_size": 3.0, "visit_probabilities": [1.0, 0.0, 0.0], "write_brain_masks": False,
         # hippocampal volume AD vs CN about 21 % smaller (Cohen's d about 1.6) and almost no
@@ -134,9 +139,10 @@ class DemoSettings:
         in ``__post_init__``: that would import torch wherever settings are made)."""
         from adni_pu.workflows.volume_settings import load_volume_config
 
-        values = method_settings(self.epochs, self.seed, self.threads, self.out / "cache")
+        values = method_settings(self.epochs, self.threads, self.out / "cache")
         for method in self.methods:
-            load_volume_config(None, list(self.overrides), preset=method, values=values)
+            load_volume_config(None, list(self.overrides), preset=method,
+                               values={**values, "train": {**values["train"], "seed": self.seed}})
 
 
 class StageProgress:
@@ -239,51 +245,6 @@ def cohort_stage(out: Path, synth_dir: Path, summary_path: Path, split_seed: int
     return cohort, Path(paths["manifest"])
 
 
-def check_folds(fold_paths: list[Path], estimate: bool = False) -> None:
-    """Refuse, before any training, folds whose training or validation split has no
-    labelled positive (PU training needs both): a cohort with too few diagnosed patients
-    for the number of folds (``estimate``: or too few validation scans for an estimate)."""
-    from adni_pu.cohort import read_manifest
-
-    frames = [read_manifest(path) for path in fold_paths]
-    problem = fold_composition(frames, estimate)
-    if problem is not None:
-        raise ConfigError(f"{fold_paths[problem[0]]}: {problem[1]}; use more --subjects or "
-                          "fewer --folds")
-
-
-def fold_composition(frames: list[Any], estimate: bool = False) -> tuple[int, str] | None:
-    """The first fold that PU training cannot run on, as (its index, why), or None
-    (:func:`~adni_pu.workflows.crossval.fold_problem`; with ``estimate``, ``--prior
-    estimate``, also a validation split below the estimate's minimum counts)."""
-    from adni_pu.workflows.crossval import fold_problem
-
-    for k, frame in enumerate(frames):
-        why = fold_problem(frame)
-        if why is None and estimate:
-            why = _estimate_problem(frame)
-        if why is not None:
-            total = int(frame.groupby("subject_id")["pu_label"].max().sum())
-            return k, (f"fold {k + 1}'s {why} (the cohort has {total} labelled positives, "
-                       f"the diagnosed patients, for {len(frames)} folds)")
-    return None
-
-
-def _estimate_problem(frame: Any) -> str | None:
-    """Why a fold's validation split is too small for a prior estimate, or None
-    (:func:`adni_pu.workflows.class_prior.check_estimable_counts`)."""
-    from adni_pu.workflows import class_prior
-
-    val = frame[frame["split"].astype(str) == "val"]
-    n_p = int((val["pu_label"] == 1).sum())
-    n_u = len(val) - n_p
-    if n_p >= class_prior.MIN_LABELLED_VAL and n_u >= class_prior.MIN_UNLABELLED_VAL:
-        return None
-    return (f"validation split holds {n_p} labelled positive and {n_u} unlabelled scans, "
-            f"and --prior estimate needs at least {class_prior.MIN_LABELLED_VAL} and "
-            f"{class_prior.MIN_UNLABELLED_VAL}")
-
-
 def synthetic_manifest(settings: DemoSettings, n_subjects: int) -> tuple[Any, list[str]]:
     """The cohort manifest the demo would build from ``n_subjects`` synthetic subjects, and
     their ids in generation order, from the generator's subject table alone (no image is
@@ -314,36 +275,75 @@ def synthetic_manifest(settings: DemoSettings, n_subjects: int) -> tuple[Any, li
         return read_manifest(path), [s.ptid for s in subjects]
 
 
+def comparison_spec(settings: DemoSettings, manifest: Path) -> Any:
+    """The comparison the demo runs (``adni-pu benchmark cohort``): its methods on
+    ``settings.folds`` folds of the cohort with one training seed, the demo's seed, which
+    also draws the folds; the demo budget comes from its settings file
+    (:func:`training_file`), the user's ``--set`` after it."""
+    from adni_pu.workflows.compare.pieces import CompareSpec
+
+    out = Path(settings.out)
+    return CompareSpec(manifest=str(manifest), out=str(out / "comparison"),
+                       methods=tuple(settings.methods), folds=settings.folds, seeds=1,
+                       fold_seed=settings.seed, first_seed=settings.seed, prior=settings.prior,
+                       config_file=str(out / TRAINING_FILE), overrides=tuple(settings.overrides))
+
+
+def training_file(settings: DemoSettings) -> Path:
+    """Write the demo budget's training settings as the comparison's settings file
+    (``OUT/demo_training.toml``), unless it already holds them."""
+    path = Path(settings.out) / TRAINING_FILE
+    text = cfgmod.dumps_toml(method_settings(settings.epochs, settings.threads,
+                                             Path(settings.out) / "cache"))
+    if not (path.is_file() and path.read_text() == text):
+        fileio.atomic_write_text(path, text)
+    return path
+
+
+def fold_problem(settings: DemoSettings, manifest: Any) -> str | None:
+    """Why the comparison would refuse this cohort's folds, or None: the comparison's own
+    checks (:func:`adni_pu.workflows.compare.folds.workable_folds`: every fold's training
+    and validation split holds a labelled positive and an unlabelled subject;
+    :func:`~adni_pu.workflows.compare.pieces.check_priors`: the class prior resolves in
+    every fold, from the cohort or, with ``--prior estimate``, from enough validation
+    scans)."""
+    from adni_pu.workflows.compare.folds import fold_frames, subject_table, workable_folds
+    from adni_pu.workflows.compare.pieces import check_priors
+
+    problem = workable_folds(subject_table(manifest), settings.folds, settings.seed)
+    if problem is not None:
+        return problem
+    frames, _ = fold_frames(manifest, settings.folds, settings.seed, set())
+    spec = comparison_spec(settings, Path("manifest.csv"))
+    try:
+        check_priors(dataclasses.replace(spec, config_file=None), frames, "the cohort")
+    except ConfigError as exc:
+        return str(exc).removeprefix("the cohort: ")
+    return None
+
+
 def check_composition(settings: DemoSettings, search: int = 200) -> None:
     """Refuse, before any image is generated or preprocessed, a synthetic cohort whose
-    folds PU training cannot run on (a fold's training or validation split without a
-    labelled positive or an unlabelled subject), saying the smallest ``--subjects`` that
-    works with these settings (searched up to ``search`` more subjects).
+    folds the comparison would refuse (:func:`fold_problem`), saying the smallest
+    ``--subjects`` that works with these settings (searched up to ``search`` more subjects).
 
     Subject ``i`` of the generator depends only on the seed and ``i`` and is labelled on
     its own records, so the cohort of ``n`` subjects is the first ``n`` subjects' rows of
     one larger cohort: one build serves the whole search.
     """
-    from adni_pu.workflows.crossval import fold_frames
-
     manifest, ids = synthetic_manifest(settings, settings.subjects + search)
 
-    def problem_with(n: int, estimate: bool = settings.prior == "estimate"
-                     ) -> tuple[int, str] | None:
+    def problem_with(n: int, prior: str = settings.prior) -> str | None:
         first = manifest[manifest["subject_id"].isin(set(ids[:n]))].reset_index(drop=True)
-        try:
-            return fold_composition(fold_frames(first, settings.folds, settings.seed),
-                                    estimate)
-        except ConfigError as exc:  # too few subjects left for the folds
-            return 0, str(exc)
+        return fold_problem(dataclasses.replace(settings, prior=prior), first)
 
     problem = problem_with(settings.subjects)
     if problem is None:
         return
-    if settings.prior == "estimate" and problem_with(settings.subjects, False) is None:
+    if settings.prior == "estimate" and problem_with(settings.subjects, "cohort") is None:
         # the folds train, but their validation splits are too small to estimate from: a
         # few more subjects never fix that (the demo's folds hold a handful of positives)
-        raise ConfigError(f"--subjects {settings.subjects}: {problem[1]}, so the class prior "
+        raise ConfigError(f"--subjects {settings.subjects}: {problem}, so the class prior "
                           "cannot be estimated on this demo's folds; use --prior cohort (the "
                           "default), or estimate it with `adni-pu prior` on a cohort whose "
                           "validation split is large enough. Checked before generating any "
@@ -357,57 +357,53 @@ def check_composition(settings: DemoSettings, search: int = 200) -> None:
         fix = (f"no --subjects up to {settings.subjects + search} works with --folds "
                f"{settings.folds} and --seed {settings.seed}; use fewer --folds or a "
                "composition with more patients (--set synth.dx_proportions=...)")
-    what = ("trained with an estimated prior" if settings.prior == "estimate" else "trained")
-    raise ConfigError(f"--subjects {settings.subjects}: {problem[1]}, so a fold cannot be "
-                      f"{what}; {fix} (or use fewer --folds). Checked before generating "
+    raise ConfigError(f"--subjects {settings.subjects}: {problem}, so a fold cannot be "
+                      f"trained; {fix} (or use fewer --folds). Checked before generating "
                       "any scan")
 
 
-def train_method(manifest: Path, method: str, run_dir: Path, settings: dict[str, Any],
-                 log: Callable[[str], None] = lambda m: None,
-                 overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
-    """Train one preset on one fold, score its test split; returns the fold's record.
+def comparison_stage(spec: Any, settings: DemoSettings, log: Callable[[str], None]
+                     ) -> dict[str, Any]:
+    """Run the comparison's pieces (each resumes) and write its report; returns
+    ``report.json``'s record. ``log`` gets a line per epoch with the time left."""
+    from adni_pu.locking import output_lock
+    from adni_pu.workflows.class_prior import reads_no_prior
+    from adni_pu.workflows.compare.pieces import Piece, piece_config, run_comparison
+    from adni_pu.workflows.compare.report import write_report
 
-    ``log`` gets the trainer's lines (one per epoch). The record holds the held-out
-    per-subject predictions, the validation AUC that chose the model, and for nnPU-type
-    losses the share of batches where the non-negative correction fired.
-    """
-    import pandas as pd
+    estimating = [m for m in settings.methods if settings.prior == "estimate" and not
+                  reads_no_prior(m, piece_config(spec, Piece(m, 0, 0)).train.val_criterion)]
+    n_runs = settings.folds * len(settings.methods)
+    log(f"[4/5] comparing {', '.join(settings.methods)} on {settings.folds} folds "
+        f"({n_runs} runs of {settings.epochs} epochs"
+        + (f", {', '.join(estimating)} after a prior estimate each)" if estimating else ")"))
+    progress = StageProgress((n_runs + settings.folds * len(estimating)) * settings.epochs,
+                             log, "epoch")
+    where = [""]
 
-    from adni_pu.pu.metrics import binary_metrics
-    from adni_pu.pu.recorders import nn_correction_summary
-    from adni_pu.workflows.evaluate import evaluate_run
-    from adni_pu.workflows.train import train_volumes
-    from adni_pu.workflows.volume_settings import load_volume_config
+    def piece_log(msg: str) -> None:
+        if msg.startswith("piece ") and ": " in msg:
+            method, fold, _ = msg.split(": ", 1)[1].split("/")
+            where[0] = f"{method} fold {int(fold.removeprefix('fold-')) + 1}/{settings.folds}"
+        elif msg.startswith("epoch "):
+            progress.step(f"({where[0]}, {msg.removeprefix('epoch ')})")
+        else:
+            log(f"      {where[0]}: {msg}")
 
-    tic = time.perf_counter()
-    cfg = load_volume_config(None, list(overrides), preset=method, values=settings)
-    fit = train_volumes(manifest, cfg, run_dir, log=log)
-    evaluate_run(run_dir, "test", n_boot=0)
-    subjects = pd.read_csv(run_dir / "evaluation" / "test" / "predictions_subjects.csv",
-                           dtype={"subject_id": str})
-    val = pd.read_csv(run_dir / "val_predictions.csv", dtype={"subject_id": str})
-    val = val.groupby("subject_id").agg(logit=("logit", "mean"), truth=("truth", "first"))
-    fired = nn_correction_summary(fit.history)
-    return {"best_epoch": fit.best_epoch + 1, "candidate": fit.best_candidate,
-            "seconds": time.perf_counter() - tic,
-            "val_auc": binary_metrics(val["logit"].to_numpy(), val["truth"].to_numpy())["auc"],
-            "nn_correction": fired["share"] if fired else None,
-            "nn_correction_column": fired["columns"][0] if fired else None,
-            "nn_correction_summary": fired,
-            "predictions": subjects[["subject_id", "pu_label", "logit", "truth"]
-                                    ].to_dict("records")}
+    with output_lock(Path(spec.out), "benchmark cohort"):
+        run_comparison(spec, log=piece_log)
+        write_report(Path(spec.out), None, settings.bootstrap, "adni-pu demo")
+    return json.loads((Path(spec.out) / "report.json").read_text())  # type: ignore[no-any-return]
 
 
 @holding_output_lock("demo", lambda args: args["settings"].out)  # adni_pu.locking
 def run_demo(settings: DemoSettings, log: Callable[[str], None] = print) -> Path:
     """Run every stage (each resumes if its output is already there); return report.md."""
     import numpy as np
-    import pandas as pd
 
     from adni_pu.cohort import counts_table, read_manifest
     from adni_pu.pu.plots import roc_plot
-    from adni_pu.workflows.crossval import fold_manifests
+    from adni_pu.workflows.compare.pieces import fold_manifest
     from adni_pu.workflows.demo_report import render_report
 
     settings.check_training_settings()
@@ -422,72 +418,41 @@ def run_demo(settings: DemoSettings, log: Callable[[str], None] = print) -> Path
     summary_path, prep_note = preprocess_stage(out, synth_dir, settings, log)
     times["preprocess"] = time.perf_counter() - tic
     tic = time.perf_counter()
-    cohort, manifest = cohort_stage(out / "cohort", synth_dir, summary_path, settings.seed, log)
-    fold_paths = fold_manifests(read_manifest(manifest), settings.folds, settings.seed,
-                                out / "cohort" / "folds")
-    check_folds(fold_paths, settings.prior == "estimate")
+    _, manifest = cohort_stage(out / "cohort", synth_dir, summary_path, settings.seed, log)
+    training_file(settings)
+    spec = comparison_spec(settings, manifest)
     times["cohort"] = time.perf_counter() - tic
 
     tic = time.perf_counter()
-    n_runs = settings.folds * len(settings.methods)
-    estimating = settings.prior == "estimate"  # one more (naive) run per fold
-    log(f"[4/5] training {', '.join(settings.methods)} on {settings.folds} folds "
-        f"({n_runs} runs of {settings.epochs} epochs"
-        + (", after a prior estimate per fold)" if estimating else ")"))
-    progress = StageProgress((n_runs + settings.folds * estimating) * settings.epochs, log,
-                             "epoch")
-
-    def stage_log(where: str) -> Callable[[str], None]:
-        def fold_log(msg: str) -> None:
-            if msg.startswith("epoch "):
-                progress.step(f"({where}, {msg.removeprefix('epoch ')})")
-            else:
-                log(f"      {where}: {msg}")
-        return fold_log
-
-    folds: dict[str, list[dict[str, Any]]] = {m: [] for m in settings.methods}
-    priors, estimates = [], []
-    for k, path in enumerate(fold_paths):
-        if estimating:
-            values = method_settings(settings.epochs, settings.seed, settings.threads,
-                                     out / "cache")
-            extra, prior_note, prior, record = estimated_demo_prior(
-                path, values, settings.overrides, out / "prior" / f"fold{k}",
-                stage_log(f"prior estimate fold {k + 1}/{settings.folds}"), settings.bootstrap)
-            estimates.append(record)
-        else:
-            extra, prior_note, prior = demo_prior(read_manifest(path))
-        priors.append((prior, prior_note))
-        for method in settings.methods:
-            fold_log = stage_log(f"{method} fold {k + 1}/{settings.folds}")
-            values = method_settings(settings.epochs, settings.seed, settings.threads,
-                                     out / "cache", extra)
-            folds[method].append(train_method(path, method, out / "runs" / method / f"fold{k}",
-                                              values, fold_log, settings.overrides))
-    results = {m: pool_method(f, settings.bootstrap) for m, f in folds.items()}
+    report = comparison_stage(spec, settings, log)
+    results = {m: method_results(spec, report, m) for m in settings.methods}
     for method, r in results.items():
         times[f"train+evaluate {method}"] = r["seconds"]
-    first = pd.DataFrame(next(iter(results.values()))["predictions"])
-    references = reference_scores(out / "cohort", synth_dir, fold_paths, first,
-                                  settings.bootstrap)
+    times["compare (report)"] = (time.perf_counter() - tic
+                                 - sum(r["seconds"] for r in results.values()))
+    logistic = report["references"].get(LOGISTIC, {})
+    references = {}
+    if "metrics" in logistic:
+        references[LOGISTIC] = {"pooled": logistic}
+    first = next(iter(results.values()))["predictions"]
+    references[TRUTH_LINE] = truth_reference(synth_dir, first, settings.bootstrap)
     curves = {m: (np.asarray([p["logit"] for p in r["predictions"]], float),
-                  np.asarray([p["truth"] for p in r["predictions"]], float))
-              for m, r in {**results, **references}.items()}
-    roc_plot(None, None, out / "roc.png", title="held-out subjects, all folds",  # type: ignore[arg-type]
-             curves=curves)
+                  np.asarray([np.nan if p["truth"] is None else p["truth"]
+                              for p in r["predictions"]], float))
+              for m, r in {**results, TRUTH_LINE: references[TRUTH_LINE]}.items()}
+    roc_plot(np.zeros(0), np.zeros(0), out / "roc.png",
+             title="held-out subjects, all folds", curves=curves)
     times["total"] = time.perf_counter() - start
 
     log("[5/5] writing the report")
-    counts = counts_table(read_manifest(fold_paths[0]))
-    report = out / "report.md"
-    fileio.atomic_write_text(report, render_report(
+    counts = counts_table(read_manifest(fold_manifest(Path(spec.out), 0)))
+    path = out / "report.md"
+    fileio.atomic_write_text(path, render_report(
         settings=settings, results=results, references=references, times=times,
-        prep_note=prep_note, priors=priors, counts=counts.to_string(index=False),
-        prior_source=settings.prior))
+        prep_note=prep_note, counts=counts.to_string(index=False), comparison=report))
     fileio.atomic_write_text(out / "demo.json", json.dumps(
         {"settings": cfgmod.to_dict(settings), "times_s": times, "results": results,
-         "references": references,
-         **({"prior_estimates": estimates} if estimating else {})},
+         "references": references, "comparison": "comparison/report.json"},
         indent=2, default=str) + "\n")
     log(f"done in {times['total']:.0f} s")
-    return report
+    return path

@@ -17,10 +17,9 @@ REFERENCE_NOTES = {
 
 PRIOR_ESTIMATE_TEXT = (
     "here it is estimated from each fold's PU data alone (`--prior estimate`, as a study "
-    "without amyloid PET must: a naive P-vs-U classifier on the fold's training split, "
-    "best-bin estimation on its validation split, the held-out subjects never read), with "
-    "its 95 % bootstrap interval and, for comparison only, the positive share of the fold's "
-    "training subjects with a truth")
+    "without amyloid PET must, and as `adni-pu train` estimates it: a naive P-vs-U "
+    "classifier on the fold's training split, best-bin estimation on its validation split, "
+    "the held-out subjects never read), with its 95 % bootstrap interval")
 
 
 def _f(value: float | None) -> str:
@@ -92,7 +91,7 @@ def explanation(settings: Any, results: dict[str, dict[str, Any]],
     first = next(iter(results.values()))["pooled"]
     n, n_pos, n_all = first["n_scored"], first["n_positive"], first["n_subjects"]
     n_hidden = first.get("n_hidden", 0)
-    metrics0 = first["metrics"]
+    negative, positive = first.get("all_negative_accuracy"), first.get("all_positive_accuracy")
     half = _mean_ci_half_width(results, "accuracy")
     synth = settings.synth
     paras = [
@@ -121,9 +120,8 @@ def explanation(settings: Any, results: dict[str, dict[str, Any]],
         f"; the held-out subjects decided nothing. With {n} subjects a 95 % CI of "
         f"the accuracy spans about +-{half:.2f}."
         + (" Reference lines of accuracy: calling everyone negative scores "
-           f"{_f(metrics0['all_negative_accuracy']['value'])}, everyone positive "
-           f"{_f(metrics0['all_positive_accuracy']['value'])}."
-           if "all_negative_accuracy" in metrics0 else ""),
+           f"{_f(negative)}, everyone positive {_f(positive)}."
+           if negative is not None else ""),
     ]
     paras.append(_pu_effect_text(results))
     ref_text = []
@@ -165,8 +163,8 @@ def _pu_effect_text(results: dict[str, dict[str, Any]]) -> str:
         text += (" Above naive training with CIs that do not overlap: "
                  + (", ".join(better) if better else "none") + ". Whether a method also "
                  "gains accuracy depends on how many unlabelled negatives it calls positive "
-                 "on the way (specificity); the paired differences over seeds are in "
-                 "`benchmarks/demo_seeds.py`.")
+                 "on the way (specificity); the paired differences are below, and over "
+                 "seeds in `benchmarks/demo_seeds.py`.")
     return text
 
 
@@ -201,25 +199,27 @@ def _coincidence_text(results: dict[str, dict[str, Any]]) -> str:
 
 def render_report(settings: Any, results: dict[str, dict[str, Any]],
                   references: dict[str, dict[str, Any]], times: dict[str, float],
-                  prep_note: str, priors: list[tuple[float, str]], counts: str,
-                  prior_source: str = "cohort") -> str:
-    """The whole ``report.md`` (``prior_source``: "cohort" or "estimate", where the PU
-    methods' class prior came from)."""
+                  prep_note: str, counts: str, comparison: dict[str, Any]) -> str:
+    """The whole ``report.md``: the demo's table and explanation, then the comparison's
+    paired differences, class priors and calibration (``comparison``: its report.json)."""
     from adni_pu.pu.metrics import TABLE_METRICS, metric_label
+    from adni_pu.workflows.compare.render import calibration_lines, paired_lines
 
     order = [m for m in TABLE_METRICS
              if m in next(iter(results.values()))["pooled"]["metrics"]]
-    first = next(iter(results.values()))["pooled"]["metrics"]
+    first = next(iter(results.values()))["pooled"]
     lines = ["# adni-pu demo", "",
              f"Synthetic ADNI-like cohort of {settings.subjects} subjects (seed "
              f"{settings.seed}), preprocessing: **{settings.preprocessing}**, "
-             f"{settings.folds}-fold cross-validation, {settings.epochs} epochs per run.", "",
+             f"{settings.folds}-fold cross-validation, {settings.epochs} epochs per run, "
+             "through `adni-pu benchmark cohort` (its own report: "
+             "`comparison/report.md`).", "",
              scope(results), "",
              "## Results: the paper's positive class on the held-out subjects, all folds "
              "pooled", "",
-             f"Point estimate [95 % CI, percentile bootstrap over subjects, "
-             f"{settings.bootstrap} resamples]. Validation AUC: the mean over folds of the "
-             "selected model's AUC on its fold's validation split (what chose it).", "",
+             f"Point estimate [95 % CI, bootstrap over subjects, {settings.bootstrap} "
+             "resamples]. Validation AUC: the mean over folds of the selected model's AUC on "
+             "its fold's validation split (what chose it).", "",
              "| method | " + " | ".join(metric_label(m) for m in order)
              + " | validation AUC | seconds |",
              "|---|" + "---|" * (len(order) + 2)]
@@ -230,7 +230,7 @@ def render_report(settings: Any, results: dict[str, dict[str, Any]],
     for name, key in (("call everyone negative", "all_negative_accuracy"),
                       ("call everyone positive", "all_positive_accuracy")):
         if key in first:
-            cells = [_ci(first[key])] + ["-"] * (len(order) - 1)
+            cells = [_f(first[key])] + ["-"] * (len(order) - 1)
             lines.append(f"| *reference: {name}* | " + " | ".join(cells) + " | - | - |")
     for name, ref in references.items():
         metrics = ref["pooled"]["metrics"]
@@ -240,31 +240,54 @@ def render_report(settings: Any, results: dict[str, dict[str, Any]],
     lines += ["", "![ROC](roc.png)", ""]
     for para in explanation(settings, results, references):
         lines += [para, ""]
-    prior_lines = [f"fold {k + 1}: {note}" for k, (_, note) in enumerate(priors)]
-    source = (PRIOR_ESTIMATE_TEXT if prior_source == "estimate" else
+    lines += paired_lines(comparison["paired"])
+    lines += calibration_lines(comparison.get("calibration"))
+    source = (PRIOR_ESTIMATE_TEXT if settings.prior == "estimate" else
               "here it is the positive share of the fold's training subjects with a truth (in "
               "a study of your own, a published prevalence or a PET subsample gives it)")
     lines += ["## Cohort", "", f"Preprocessing: {prep_note}.", "",
-              "Class prior given to uPU, nnPU and Self-PU per fold: " + "; ".join(prior_lines)
+              "Class prior given to uPU, nnPU and Self-PU per fold: " + prior_text(results)
               + f". PU risks need the prior of the positive class; {source}. Naive training "
               "uses no prior.", "",
               "Subjects of fold 1 (the other folds are alike; `all` is the whole cohort):", "",
               "```\n" + counts + "\n```", "",
-              "Manifests: `cohort/folds/fold<k>/manifest.csv`; labels and the cohort report: "
-              "`cohort/`.", "",
+              "Labels and the cohort report: `cohort/`; the fold manifests: "
+              "`comparison/folds/fold-<k>/manifest.csv`.", "",
               "## Time per stage (seconds)", "", "| stage | seconds |", "|---|---|"]
     lines += [f"| {k} | {v:.1f} |" for k, v in times.items()]
     lines += ["", "## Files", "",
               "- `synth/`: raw BIDS scans, ADNIMERGE-style table, truth",
               "- `preprocessed/`: `adni-pu preprocess` output (real preprocessing only)",
-              "- `cohort/`: manifest, cohort report, the fold manifests, the volumes of the "
-              "logistic-regression reference (`volume_features.csv`)",
-              "- `runs/<method>/fold<k>/`: run folders (training curves `curves.png`, "
-              "`metrics.csv`, `evaluation/test/predictions_subjects.csv`)",
+              "- `cohort/`: manifest and cohort report (`adni-pu cohort build`)",
+              "- `demo_training.toml`: the demo budget, the comparison's settings file",
+              "- `comparison/`: `adni-pu benchmark cohort`'s folder: `report.md`, "
+              "`report.json`, `roc.png`, `calibration.png`, `records/` (for `adni-pu "
+              "benchmark table`), the folds, the logistic regression's volumes "
+              "(`volume_features.csv`) and one run folder per method and fold "
+              "(`pieces/<method>/fold-<k>/seed-<seed>/`: `curves.png`, `metrics.csv`, "
+              "`piece.json` with the held-out predictions)",
               "- `demo.json`: settings, times, every method's per-fold records and pooled "
-              "predictions"]
-    if prior_source == "estimate":
-        lines.append("- `prior/fold<k>/`: each fold's prior estimate (`prior_estimate.json`) "
-                     "and its P-vs-U classifier's run folder")
-    lines.append("")
+              "predictions", ""]
     return "\n".join(lines)
+
+
+def prior_text(results: dict[str, dict[str, Any]]) -> str:
+    """Per fold the class prior the PU methods were given, with where it came from (an
+    estimate: its 95 % CI), once per distinct value."""
+    parts = []
+    pu = [r for m, r in results.items() if m != "naive"]
+    for k in range(len(pu[0]["folds"]) if pu else 0):
+        notes = []
+        for r in pu:
+            fold = r["folds"][k]
+            prior = fold.get("prior") or {}
+            if prior.get("prior") is None or not prior.get("read_by_method", True):
+                continue
+            est = fold.get("prior_estimate") or {}
+            ci = (f" [95 % CI {est['ci_low']:.3f}, {est['ci_high']:.3f}]"
+                  if est.get("ci_low") is not None else "")
+            note = f"{prior['prior']:.3f}{ci} ({prior.get('source', '')})"
+            if note not in notes:
+                notes.append(note)
+        parts.append(f"fold {k + 1}: " + ("; ".join(notes) if notes else "n/a"))
+    return "; ".join(parts) if parts else "none (no PU method)"

@@ -27,9 +27,9 @@ DEMO = outputs.Layout("demo", "OUT", "demo.json", tuple(
     outputs.Output(name, "demo", what) for name, what in (
         ("synth/", "the synthetic cohort (adni_pu.synth)"),
         ("preprocessed/", "the preprocessing output (preprocess's layout)"),
-        ("cohort/", "the cohort (cohort build's layout) and its folds/"),
-        ("prior/", "the class prior estimates, one run folder per fold"),
-        ("runs/", "one run folder per method and fold (the run folder's layout)"),
+        ("cohort/", "the cohort (cohort build's layout)"),
+        ("demo_training.toml", "the demo budget: the comparison's settings file"),
+        ("comparison/", "the comparison of methods (benchmark cohort's layout)"),
         ("cache/", "the data pipeline's disk cache"),
         ("roc.png", "the held-out subjects' ROC curves"),
         ("report.md", "the demo's report"),

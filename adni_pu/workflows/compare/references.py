@@ -18,6 +18,8 @@ import numpy as np
 
 from adni_pu.atlas import VENTRICLE_BOX_MM
 
+#: The reference line's name in the reports.
+LOGISTIC = "logistic regression on 2 volumes"
 # Intensity (relative to the scan's brain median) below which a voxel counts as CSF.
 CSF_LEVEL = 0.55
 

@@ -40,9 +40,9 @@ def render(report: dict[str, Any]) -> str:
                   "differences and calibration need one and are not given.", ""]
     else:
         lines += _metric_table(report["methods"], report["references"])
-        lines += _paired(report["paired"])
+        lines += paired_lines(report["paired"])
     lines += _priors(report["priors"])
-    lines += _calibration(report.get("calibration"))
+    lines += calibration_lines(report.get("calibration"))
     if report.get("independent_test"):
         lines += ["", "## Fixed test set (independent of the cross-validation)", "",
                   "Scored by the average of each method's fold models (all seeds); it chose "
@@ -81,7 +81,7 @@ def _metric_table(methods: dict[str, Any], refs: dict[str, Any]) -> list[str]:
     return lines + [""]
 
 
-def _paired(paired: list[dict[str, Any]]) -> list[str]:
+def paired_lines(paired: list[dict[str, Any]]) -> list[str]:
     if not paired:
         return []
     lines = ["## Paired differences (A minus B)", "",
@@ -110,7 +110,7 @@ def _priors(priors: list[dict[str, Any]]) -> list[str]:
     return lines + [""]
 
 
-def _calibration(cal: dict[str, Any] | None) -> list[str]:
+def calibration_lines(cal: dict[str, Any] | None) -> list[str]:
     if cal is None:
         return ["## Calibration", "", "Calibration cannot be measured without a truth: the "
                 "manifest's `truth` column is empty, so the probabilities cannot be compared "

@@ -127,7 +127,11 @@ def references(spec: CompareSpec, frames: dict[str, Any], n_boot: int) -> dict[s
 
     from adni_pu.errors import AdniPuError
     from adni_pu.workflows.compare.pieces import fold_manifest
-    from adni_pu.workflows.compare.references import logistic_reference, volume_features
+    from adni_pu.workflows.compare.references import (
+        LOGISTIC,
+        logistic_reference,
+        volume_features,
+    )
 
     first = next(iter(frames.values()))
     truth = first[first["seed"] == first["seed"].min()]["truth"].dropna().to_numpy()
@@ -145,9 +149,9 @@ def references(spec: CompareSpec, frames: dict[str, Any], n_boot: int) -> dict[s
         logistic = pd.concat([logistic_reference(f, features) for f in folds])
         logistic = logistic.merge(first[first["seed"] == first["seed"].min()][
             ["subject_id", "pu_label"]], on="subject_id").assign(seed=0)
-        out["logistic regression on 2 volumes"] = scores.method_scores(logistic, n_boot)
+        out[LOGISTIC] = scores.method_scores(logistic, n_boot)
     except (AdniPuError, ValueError, OSError) as exc:
-        out["logistic regression on 2 volumes"] = {"missing": " ".join(str(exc).split())}
+        out[LOGISTIC] = {"missing": " ".join(str(exc).split())}
     return out
 
 
