@@ -44,6 +44,8 @@ REFERENCE_ACCURACY = (("call everyone negative", "all_negative_accuracy"),
 
 
 def _ci(entry: dict) -> str:
+    if "ci_low" not in entry:
+        return f"{entry['value']:.3f}"
     return f"{entry['value']:.3f} [{entry['ci_low']:.3f}, {entry['ci_high']:.3f}]"
 
 
@@ -91,8 +93,8 @@ def seed_table(records: dict, metric: str, methods: list[str], refs: list[str]) 
             cells.append(_ci(entry) if entry else "-")
             values[m].append(entry["value"] if entry else float("nan"))
         for name in extra:
-            if metric == "accuracy":
-                entry = first["metrics"].get(dict(REFERENCE_ACCURACY)[name])
+            if metric == "accuracy":  # a share of the subjects: no CI
+                entry = {"value": first.get(dict(REFERENCE_ACCURACY)[name])}
             else:
                 entry = rec["references"][name]["pooled"]["metrics"].get(metric)
             cells.append(_ci(entry) if entry else "-")
@@ -229,7 +231,7 @@ def main() -> None:
                         "references": {r: rec["references"][r]["pooled"]["metrics"]["auc"]
                                        for r in refs},
                         "reference_accuracy": {
-                            name: first["metrics"].get(key) for name, key in REFERENCE_ACCURACY},
+                            name: {"value": first.get(key)} for name, key in REFERENCE_ACCURACY},
                         "nn_correction": {m: rec["results"][m]["nn_correction"]
                                           for m in methods}})
     paired = []
@@ -245,9 +247,10 @@ def main() -> None:
             paired.append({"pair": f"{a} - {b}", **d})
     walls = ", ".join(f"seed {s['seed']} {s['wall_s'] / 60:.1f} min" for s in summary)
     lines = [f"# adni-pu demo over {len(summary)} seed(s)", "",
-             "Every method's metric [95 % CI, percentile bootstrap over subjects] on the pooled "
-             "held-out subjects of the seed's cross-validation, scored against the paper's "
-             "positive class (`paper` preset); reference lines in italics. Command per seed: "
+             "Every method's metric [95 % CI, bootstrap over subjects] on the pooled held-out "
+             "subjects of the seed's cross-validation (`adni-pu benchmark cohort` inside the "
+             "demo), scored against the paper's positive class (`paper` preset); reference "
+             "lines in italics. Command per seed: "
              "`adni-pu demo --out runs/demo-seed<N> --seed <N>` (the README's command with a "
              f"seed). Wall time: {walls}." + (f" Load average while measuring: {args.load}."
                                               if args.load else ""), ""]

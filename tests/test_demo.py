@@ -18,6 +18,7 @@ import pytest
 from typer.testing import CliRunner
 
 from adni_pu.cli.app import app
+from adni_pu.cohort.ids import normalise_subject_id
 from adni_pu.workflows.demo_fingerprint import differences, fingerprint
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
@@ -40,10 +41,9 @@ def test_reduced_demo_runs_end_to_end_and_resumes(tmp_path):
     report = (out / "report.md").read_text()
     for method in ("naive", "nnpu", "selfpu"):
         assert f"| {method} |" in report
-        for fold in (0, 1):
-            run = out / "runs" / method / f"fold{fold}"
-            assert (run / "evaluation" / "test" / "predictions_subjects.csv").is_file()
-            assert (run / "best_model.pt").is_file()
+        for fold in (0, 1):  # the comparison's pieces: run folders with their results
+            run = out / "comparison" / "pieces" / method / f"fold-{fold}" / "seed-0"
+            assert (run / "piece.json").is_file() and (run / "best_model.pt").is_file()
     assert "preprocessing: **real**" in report and (out / "roc.png").is_file()
     for part in ("**What a cohort this size can show.** ", "**What these numbers are.**",
                  "**The PU task (the paper's).**",
@@ -57,7 +57,9 @@ def test_reduced_demo_runs_end_to_end_and_resumes(tmp_path):
         assert part in report, part
     summary = pd.read_csv(out / "preprocessed" / "summary.csv")
     assert len(summary) == 12 and set(summary.status) == {"done"}
-    manifest = pd.read_csv(out / "cohort" / "folds" / "fold0" / "manifest.csv")
+    manifest = pd.read_csv(out / "comparison" / "folds" / "fold-0" / "manifest.csv",
+                           dtype={"subject_id": str})
+    manifest["subject_id"] = manifest["subject_id"].map(normalise_subject_id)
     assert set(manifest.split) == {"train", "val", "test"}
     record = json.loads((out / "demo.json").read_text())
     assert set(record["results"]) == {"naive", "nnpu", "selfpu"}
@@ -75,8 +77,12 @@ def test_reduced_demo_runs_end_to_end_and_resumes(tmp_path):
     assert list(record["results"]["nnpu"]["nn_correction_by_phase"]) == ["phase1"]
     assert record["results"]["naive"]["nn_correction_by_phase"] is None
     fold = record["results"]["selfpu"]["folds"][0]["nn_correction_summary"]
-    assert fold["epochs"] == 2 and fold["share"] == record["results"]["selfpu"]["folds"][0][
-        "nn_correction"]
+    assert fold["epochs"] == 2 and 0.0 <= fold["share"] <= 1.0
+    # the comparison's own report, with the paired differences and calibration the demo
+    # report shows too
+    comparison = (out / "comparison" / "report.md").read_text()
+    for part in ("## Paired differences (A minus B)", "| nnpu - naive |", "## Calibration"):
+        assert part in comparison and part in report, part
 
     # the committed demo numbers are the code's: the logits equal the recorded ones, and
     # the record vouches for the committed demo tables (made on the same numbers)
@@ -91,13 +97,19 @@ def test_reduced_demo_runs_end_to_end_and_resumes(tmp_path):
         "benchmarks/results/demo-seeds.json was regenerated without recording the guard "
         "again: run `python -m benchmarks.demo_guard --record`")
 
-    # a second call resumes: nothing is generated or preprocessed again
-    again = CliRunner().invoke(app, [*args[:-6], "--methods", "nnpu", "--threads", "1",
-                                     "--workers", "2"])
+    # a second call resumes: nothing is generated, preprocessed or trained again, and the
+    # numbers are the same
+    again = CliRunner().invoke(app, args)
     assert "scan 12/12 sub-" in again.output and "skipped" in again.output
     assert again.exit_code == 0, again.output
-    assert "already in" in again.output
+    assert "already in" in again.output and "epoch " not in again.output
     assert set(pd.read_csv(out / "preprocessed" / "summary.csv").status) == {"skipped"}
+    assert not differences(fingerprint(record),
+                           fingerprint(json.loads((out / "demo.json").read_text())))
+    # other methods in the same folder are another comparison: refused, not mixed
+    other = CliRunner().invoke(app, [*args[:-6], "--methods", "nnpu", "--threads", "1",
+                                     "--workers", "2"])
+    assert other.exit_code == 2 and "holds a comparison of other settings" in other.output
 
     # the same folder with another cohort size is refused, not mixed
     other = CliRunner().invoke(app, ["demo", "--subjects", "13", "--folds", "2",
@@ -127,21 +139,6 @@ def test_demo_refuses_bad_training_settings_before_any_work(tmp_path, args, mess
     result = CliRunner().invoke(app, ["demo", *args, "--out", str(tmp_path / "d")])
     assert result.exit_code == 2 and result.output.strip().splitlines() == [message]
     assert not (tmp_path / "d").exists()
-
-
-def test_folds_without_a_labelled_positive_are_refused_before_training(tmp_path):
-    from adni_pu.errors import ConfigError
-    from adni_pu.workflows.demo import check_folds
-
-    frame = pd.DataFrame({"subject_id": ["a", "b", "c", "d"], "pu_label": [1, 0, 0, 0],
-                          "split": ["train", "val", "test", "train"]})
-    path = tmp_path / "fold0" / "manifest.csv"
-    path.parent.mkdir()
-    frame.assign(session_id="bl", scan_path=frame["subject_id"] + ".nii", truth=1,
-                 fold=0).to_csv(path, index=False)
-    with pytest.raises(ConfigError, match="fold 1's val split has no labelled positive .the "
-                                          "cohort has 1 labelled positives"):
-        check_folds([path])
 
 
 def test_demo_refuses_a_cohort_too_small_to_split(tmp_path):

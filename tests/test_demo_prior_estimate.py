@@ -7,14 +7,12 @@ import json
 
 import numpy as np
 import pytest
-from test_demo_report import _result
+from test_demo_report import NO_COMPARISON, _result
 from typer.testing import CliRunner
-from volume_helpers import make_volume_cohort, tiny_overrides
 
 from adni_pu.cli.app import app
 from adni_pu.errors import ConfigError
 from adni_pu.workflows.demo import DemoSettings
-from adni_pu.workflows.demo_policy import estimated_demo_prior
 from adni_pu.workflows.demo_report import render_report
 
 COHORT_TEXT = ("PU risks need the prior of the positive class; here it is the positive share "
@@ -47,36 +45,26 @@ def test_the_command_line_refuses_an_unknown_prior(tmp_path):
 
 def test_the_report_shows_each_estimate_beside_the_truth():
     truth = [1.0, 0.0, 1.0, 0.0, 1.0, 0.0]
-    results = {"nnpu": _result([2.0, -1.0, 1.0, -2.0, 0.5, 0.2], truth)}
-    settings = DemoSettings(subjects=24, folds=2)
-    notes = [(0.41, "0.410 [95 % CI 0.300, 0.520] (estimated ...; the truth of its training "
-                    "subjects gives 0.450)"), (0.39, "0.390 [...]")]
-    report = render_report(settings, results, {}, {"total": 1.0}, "6 of 6 scans", notes,
-                           "counts", prior_source="estimate")
-    assert ("per fold: fold 1: 0.410 [95 % CI 0.300, 0.520] (estimated ...; the truth of its "
-            "training subjects gives 0.450); fold 2: 0.390 [...]") in report
+    results = {"naive": _result([2.0, -1.0, 1.0, -2.0, 0.5, 0.2], truth),
+               "nnpu": _result([2.0, -1.0, 1.0, -2.0, 0.5, 0.2], truth)}
+    source = "estimated from the PU data (bbe; the truth of the training subjects gives 0.450)"
+    results["nnpu"]["folds"] = [
+        {"prior": {"prior": 0.41, "source": source},
+         "prior_estimate": {"ci_low": 0.30, "ci_high": 0.52}},
+        {"prior": {"prior": 0.39, "source": source},
+         "prior_estimate": {"ci_low": 0.28, "ci_high": 0.50}}]
+    results["naive"]["folds"] = [{"prior": {"prior": 0.5, "source": "placeholder",
+                                            "read_by_method": False}}] * 2
+    settings = DemoSettings(subjects=24, folds=2, prior="estimate")
+    report = render_report(settings, results, {}, {"total": 1.0}, "6 of 6 scans", "counts",
+                           NO_COMPARISON)
+    assert (f"per fold: fold 1: 0.410 [95 % CI 0.300, 0.520] ({source}); fold 2: 0.390 "
+            f"[95 % CI 0.280, 0.500] ({source}).") in report
     assert "here it is estimated from each fold's PU data alone (`--prior estimate`" in report
-    assert "- `prior/fold<k>/`: each fold's prior estimate" in report
-    default = render_report(settings, results, {}, {"total": 1.0}, "6 of 6 scans",
-                            [(0.45, "0.450 (cohort)")], "counts")
-    assert COHORT_TEXT in default and "prior/fold" not in default
+    default = render_report(DemoSettings(subjects=24, folds=2), results, {}, {"total": 1.0},
+                            "6 of 6 scans", "counts", NO_COMPARISON)
+    assert COHORT_TEXT in default and "--prior estimate" not in default
     assert default.endswith("predictions\n")
-
-
-def test_a_fold_prior_is_estimated_from_its_pu_data_alone(tmp_path):
-    manifest = make_volume_cohort(tmp_path / "cohort")
-    lines: list[str] = []
-    extra, note, prior, record = estimated_demo_prior(
-        manifest, {}, tuple(tiny_overrides(1, tmp_path / "cache")), tmp_path / "prior",
-        lines.append, n_bootstrap=300)
-    assert extra == {"prior": prior} and prior == record["value"]
-    assert record["n_bootstrap"] == 300  # the demo's resamples, not the runs' bootstrap
-    assert note.startswith(f"{prior:.3f} [95 % CI {record['ci_low']:.3f}, "
-                           f"{record['ci_high']:.3f}] (estimated from the fold's PU data alone")
-    assert "bbe on the 1 labelled and 3 unlabelled scans of its validation split" in note
-    assert note.endswith("the truth of its training subjects gives 0.556)")
-    assert json.loads((tmp_path / "prior" / "prior_estimate.json").read_text()) == record
-    assert any(line.startswith("prior classifier: epoch 1/1") for line in lines)
 
 
 @pytest.mark.slow  # about a CPU-minute: the whole demo path (the pieces are tested above)
@@ -88,18 +76,17 @@ def test_the_demo_trains_its_pu_methods_with_the_estimates(tmp_path):
         "--set", "synth.dx_proportions=[0.4, 0.05, 0.05, 0.1, 0.4]", "--methods", "nnpu",
         "--threads", "1", "--workers", "1", "--preprocessing", "ideal", "--prior", "estimate"])
     assert result.exit_code == 0, result.output
-    assert "prior estimate fold 2/2" in result.output and "epoch 4/4" in result.output
+    assert "nnpu after a prior estimate each" in result.output
     record = json.loads((out / "demo.json").read_text())
-    estimates = record["prior_estimates"]
-    assert len(estimates) == 2 and record["settings"]["prior"] == "estimate"
-    assert {est["n_bootstrap"] for est in estimates} == {1000}  # a real interval
+    assert record["settings"]["prior"] == "estimate"
     report = (out / "report.md").read_text()
-    for k, est in enumerate(estimates):
-        assert (out / "prior" / f"fold{k}" / "prior_estimate.json").is_file()
-        run = json.loads((out / "runs" / "nnpu" / f"fold{k}" / "run.json").read_text())
-        assert run["settings"]["prior"] == est["value"]
+    for k, fold in enumerate(record["results"]["nnpu"]["folds"]):
+        est = fold["prior_estimate"]
+        run = json.loads((out / "comparison" / "pieces" / "nnpu" / f"fold-{k}" / "seed-0"
+                          / "run.json").read_text())
+        assert run["prior"]["prior"] == est["value"] == fold["prior"]["prior"]
         assert f"fold {k + 1}: {est['value']:.3f} [95 % CI {est['ci_low']:.3f}, " in report
-        assert np.isfinite(est["true_prior"])
+        assert np.isfinite(est["value"])
 
 
 def test_folds_too_small_for_an_estimate_are_refused_before_any_scan():
@@ -113,8 +100,8 @@ def test_folds_too_small_for_an_estimate_are_refused_before_any_scan():
         patch.setattr(class_prior, "MIN_LABELLED_VAL", 10)
         patch.setattr(class_prior, "MIN_UNLABELLED_VAL", 10)
         with pytest.raises(ConfigError, match=(
-                "fold 1's validation split holds 1 labelled positive and 9 unlabelled scans, "
-                "and --prior estimate needs at least 10 and 10 .*, so the class prior cannot be "
-                "estimated on this demo's folds; use --prior cohort")):
+                "fold 0: the validation split holds 1 labelled positive and 9 unlabelled "
+                "scans: estimating the class prior needs at least 10 .*, so the class prior "
+                "cannot be estimated on this demo's folds; use --prior cohort")):
             check_composition(DemoSettings(prior="estimate"))  # no search: refused at once
     check_composition(DemoSettings(), search=2)  # the cohort's prior: accepted

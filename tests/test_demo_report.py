@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from adni_pu import atlas
 from adni_pu.cli.app import app
 from adni_pu.workflows.compare.references import logistic_reference, volume_features
-from adni_pu.workflows.crossval import fold_manifests, pooled_metrics
+from adni_pu.workflows.compare.scores import method_scores
 from adni_pu.workflows.demo import DemoSettings, StageProgress
 from adni_pu.workflows.demo_report import coinciding, explanation, render_report, scope
 
@@ -29,37 +29,15 @@ def _manifest(n: int = 30, seed: int = 0) -> pd.DataFrame:
                          "pu_label": pu, "truth": truth, "split": "train", "fold": -1})
 
 
-def test_every_subject_is_held_out_by_exactly_one_fold(tmp_path):
-    manifest = _manifest()
-    paths = fold_manifests(manifest, 3, seed=1, out=tmp_path)
-    held_out = []
-    for path in paths:
-        frame = pd.read_csv(path)
-        assert set(frame["split"]) == {"train", "val", "test"}
-        assert frame.groupby("subject_id")["split"].nunique().max() == 1
-        held_out += list(frame.loc[frame["split"] == "test", "subject_id"])
-        # labelled positives in every training split (PU risks need them)
-        assert frame.loc[frame["split"] == "train", "pu_label"].sum() > 0
-    assert sorted(held_out) == sorted(manifest["subject_id"])
-    # the same call leaves identical files untouched (a resumed run sees the same manifest)
-    before = [p.stat().st_mtime_ns for p in paths]
-    fold_manifests(manifest, 3, seed=1, out=tmp_path)
-    assert [p.stat().st_mtime_ns for p in paths] == before
-
-
-def test_folds_refuse_too_few_subjects(tmp_path):
-    with pytest.raises(ValueError, match="too few"):
-        fold_manifests(_manifest(5), 3, seed=0, out=tmp_path)
-
-
-def test_pooled_metrics_leave_out_unknown_truth_and_refuse_a_subject_twice():
-    preds = pd.DataFrame({"subject_id": ["a", "b", "c", "d"], "logit": [2.0, 1.0, -1.0, 0.5],
-                          "truth": [1.0, 0.0, 0.0, np.nan]})
-    out = pooled_metrics(preds, n_boot=50)
-    assert out["n_subjects"] == 4 and out["n_scored"] == 3 and out["n_positive"] == 1
+def test_pooled_scores_leave_out_unknown_truth_and_refuse_a_subject_twice():
+    preds = pd.DataFrame({"seed": 0, "subject_id": ["a", "b", "c", "d"],
+                          "logit": [2.0, 1.0, -1.0, 0.5], "truth": [1.0, 0.0, 0.0, np.nan],
+                          "pu_label": [1, 0, 0, 0]})
+    out = method_scores(preds, n_boot=50)
+    assert out["n_subjects"] == 4 and out["n_scored"] == 3
     assert out["metrics"]["auc"]["value"] == pytest.approx(1.0)
-    with pytest.raises(ValueError, match="more than once"):
-        pooled_metrics(pd.concat([preds, preds.head(1)]), n_boot=0)
+    with pytest.raises(ValueError, match="scored twice"):
+        method_scores(pd.concat([preds, preds.head(1)]), n_boot=0)
 
 
 def _volume(path, hippocampus_level: float, csf_voxels: int) -> str:
@@ -107,12 +85,19 @@ def test_logistic_reference_is_fitted_on_the_training_subjects_only():
     assert np.allclose(logistic_reference(flipped, features)["logit"], out["logit"])
 
 
+#: A comparison without paired differences or a truth to calibrate against.
+NO_COMPARISON = {"paired": [], "calibration": None}
+
+
 def _result(logits, truth, share=None, column=None, pu_label=None):
     preds = pd.DataFrame({"subject_id": [f"s{i}" for i in range(len(logits))],
                           "logit": logits, "truth": truth})
-    if pu_label is not None:
-        preds["pu_label"] = pu_label
-    return {"pooled": pooled_metrics(preds, n_boot=100), "val_auc": 0.7, "seconds": 1.0,
+    preds["pu_label"] = (pu_label if pu_label is not None
+                         else (preds["truth"] == 1).astype(int))
+    scores = method_scores(preds.assign(seed=0), n_boot=100)
+    scores["n_positive"] = int(np.nansum(preds["truth"]))
+    return {"pooled": scores, "val_auc": 0.7, "seconds": 1.0,
+            "folds": [{"prior": {"prior": 0.5, "source": "given"}, "prior_estimate": None}],
             "nn_correction": share, "nn_correction_column": column,
             "predictions": preds.to_dict("records")}
 
@@ -140,10 +125,11 @@ def test_report_explains_coinciding_methods_and_a_correction_that_never_fired():
     everyone = {"naive": _result([1.0, 1.0, 2.0, 0.5, 3.0, 0.2, 0.0], truth)}
     assert "naive called every scored subject with a negative truth positive" in "\n".join(
         explanation(settings, everyone, refs))
-    report = render_report(settings, results, refs, {"total": 3.0}, "7 of 7 scans", [(0.5, "x")],
-                           "counts")
+    report = render_report(settings, results, refs, {"total": 3.0}, "7 of 7 scans", "counts",
+                           NO_COMPARISON)
     assert "| upu | 0.833 [" in report   # accuracy first (5 of 6), then AUC
     assert "| *reference: logistic regression on 2 volumes* | - | 1.000 [" in report
+    assert "Self-PU per fold: fold 1: 0.500 (given)." in report
 
 
 def test_report_shows_the_pu_effect_on_hidden_positives():
@@ -161,7 +147,7 @@ def test_report_shows_the_pu_effect_on_hidden_positives():
     # hidden AUC: hidden positives (1.0, 0.5, -0.5) against the unlabelled negatives
     # (-2, -2, 0.5, -1): 4 + 3.5 (a tie counts half) + 3 wins of 12 pairs
     assert m["hidden_auc"]["value"] == pytest.approx(10.5 / 12)
-    assert m["all_negative_accuracy"]["value"] == 0.5
+    assert results["nnpu"]["pooled"]["all_negative_accuracy"] == 0.5
     assert results["nnpu"]["pooled"]["n_hidden"] == 3
     refs = {"logistic regression on 2 volumes": _result(nnpu, truth, pu_label=pu)}
     settings = DemoSettings(subjects=24, folds=2)
@@ -170,10 +156,10 @@ def test_report_shows_the_pu_effect_on_hidden_positives():
     assert "Hidden-positive recall: naive 0.000 [" in text and "; nnpu 0.667 [" in text
     assert "calling everyone negative scores 0.500, everyone positive 0.500" in text
     report = render_report(settings, results, refs, {"total": 3.0}, "9 of 9 scans",
-                           [(0.5, "x")], "counts")
+                           "counts", NO_COMPARISON)
     assert ("| method | accuracy | AUC | balanced accuracy | hidden-positive recall | hidden AUC "
             "| sensitivity | specificity | validation AUC | seconds |") in report
-    assert "| *reference: call everyone negative* | 0.500 [" in report
+    assert "| *reference: call everyone negative* | 0.500 | - |" in report
     assert "| *reference: logistic regression on 2 volumes* | - | " in report
 
 
@@ -191,7 +177,7 @@ def test_report_opens_with_what_a_cohort_this_size_can_show():
     assert f"span about +-{half:.2f} in accuracy" in text and half > 0
     assert "paper-scale results" in text and "docs/results.md" in text
     report = render_report(DemoSettings(subjects=24, folds=2), results, {}, {"total": 3.0},
-                           "20 of 20 scans", [(0.5, "x")], "counts")
+                           "20 of 20 scans", "counts", NO_COMPARISON)
     head = report.split("## Results")[0]
     assert text in head   # before any table
 
@@ -241,24 +227,23 @@ def test_demo_refuses_a_cohort_too_small_for_its_folds_before_any_scan(tmp_path)
     assert result.exit_code == 2
     text = result.output.strip()
     assert text.startswith("error: --subjects 18: fold ") and "has no labelled positive" in text
-    assert "the smallest --subjects that works with --folds 2 and --seed 0 is 32" in text
+    assert "the smallest --subjects that works with --folds 2 and --seed 0 is 26" in text
     assert not out.exists()  # nothing generated, nothing preprocessed
 
 
 def test_the_composition_check_agrees_with_the_folds_the_demo_builds():
-    from adni_pu.workflows.crossval import fold_frames
     from adni_pu.workflows.demo import (
         DemoSettings,
         check_composition,
-        fold_composition,
+        fold_problem,
         synthetic_manifest,
     )
 
-    settings = DemoSettings(subjects=32)
+    settings = DemoSettings(subjects=26)
     check_composition(settings)  # the smallest that works: accepted
-    for n in (18, 32):  # one large build, cut to n subjects, gives the n-subject cohort
+    for n in (18, 26):  # one large build, cut to n subjects, gives the n-subject cohort
         alone, _ = synthetic_manifest(settings, n)
         big, ids = synthetic_manifest(settings, 40)
         cut = big[big["subject_id"].isin(ids[:n])].reset_index(drop=True)
         assert sorted(alone["subject_id"]) == sorted(cut["subject_id"])
-        assert (fold_composition(fold_frames(alone, 2, 0)) is None) == (n == 32)
+        assert (fold_problem(settings, alone) is None) == (n == 26)

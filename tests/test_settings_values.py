@@ -98,8 +98,11 @@ def test_benchmark_settings_are_values_and_the_run_seed_wins():
     assert (cfg.method, cfg.threads, cfg.device, cfg.epochs, cfg.seed) == ("upu", 1, "cpu", 4, 2)
 
 
-def test_demo_settings_as_values_resolve_as_the_set_strings_did(tmp_path):
-    from adni_pu.workflows.demo_policy import method_settings
+def test_the_demo_budget_file_resolves_as_the_set_strings_did(tmp_path):
+    """The demo hands its budget to the comparison as a settings file
+    (``demo_training.toml``); with the piece's seed and prior as values it resolves as the
+    ``--set`` strings the demo once built, and a cache path with quotes survives the file."""
+    from adni_pu.workflows.demo import DemoSettings, training_file
 
     cache = tmp_path / "cache"
     as_text = ["train.batch_size=8", "train.eval_batch_size=16", "train.lr=0.001",
@@ -111,14 +114,16 @@ def test_demo_settings_as_values_resolve_as_the_set_strings_did(tmp_path):
                "train.seed=3", "train.selfpu.warmup_epochs=2",
                "train.selfpu.self_paced_end=5", "train.selfpu.select_every=1",
                "train.selfpu.teacher_rampup_epochs=1", "prior=0.6214", "train.lr=0.002"]
+    path = training_file(DemoSettings(out=tmp_path, epochs=8, threads=2))
     for preset in ("nnpu", "selfpu"):
         before = load_volume_config(None, as_text, preset=preset)
-        after = load_volume_config(None, ["train.lr=0.002"], preset=preset,
-                                   values=method_settings(8, 3, 2, cache, {"prior": 0.6214}))
+        after = load_volume_config(path, ["train.lr=0.002"], preset=preset,
+                                   values={"prior": 0.6214, "train": {"seed": 3}})
         assert cfgmod.to_dict(after) == cfgmod.to_dict(before)
-    odd = tmp_path / 'a "quoted" cache'  # the text form could not carry this path
-    cfg = load_volume_config(None, [], "nnpu", values=method_settings(2, 0, 1, odd))
-    assert cfg.data.cache_dir == odd.resolve()
+    odd = tmp_path / 'a "quoted" place'  # the text form could not carry this path
+    odd_file = training_file(DemoSettings(out=odd, epochs=2, threads=1))
+    cfg = load_volume_config(odd_file, [], "nnpu")
+    assert cfg.data.cache_dir == (odd / "cache").resolve()
 
 
 def test_demo_preprocessing_and_cohort_settings_as_values_equal_the_old_strings():

@@ -133,7 +133,7 @@ def test_the_readme_cohort_defaults_give_trainable_splits(subjects, config):
     subjects with ADNI's visit mix): the default cohort build gives train and val a labelled
     positive and an unlabelled subject, and test both truths. Planned only: no image."""
     from adni_pu.cohort import build_cohort, load_cohort_config
-    from adni_pu.workflows.crossval import fold_problem
+    from adni_pu.workflows.compare.folds import assignment_problem, subject_table
 
     plan = dl.plan_download(subjects, 0, config)
     images = plan.images_table()
@@ -145,7 +145,9 @@ def test_the_readme_cohort_defaults_give_trainable_splits(subjects, config):
     cfg = load_cohort_config(values={"check_scan_files": False})
     with contextlib.redirect_stdout(io.StringIO()):
         manifest = build_cohort(dl.clinical_table(plan.subjects), scans, cfg).manifest
-    assert fold_problem(manifest) is None
+    subjects = subject_table(manifest)
+    assert assignment_problem(subjects, dict(zip(subjects["subject_id"],
+                                                 subjects["split"].astype(str)))) is None
     test = manifest[manifest["split"].astype(str) == "test"].groupby("subject_id")["truth"].first()
     assert set(test.dropna()) == {0, 1}
 

@@ -433,7 +433,9 @@ def run_demo(settings: DemoSettings, log: Callable[[str], None] = print) -> Path
     logistic = report["references"].get(LOGISTIC, {})
     references = {}
     if "metrics" in logistic:
-        references[LOGISTIC] = {"pooled": logistic}
+        references[LOGISTIC] = {"pooled": {k: v for k, v in logistic.items()
+                                           if k != "predictions"},
+                                "predictions": logistic["predictions"]}
     first = next(iter(results.values()))["predictions"]
     references[TRUTH_LINE] = truth_reference(synth_dir, first, settings.bootstrap)
     curves = {m: (np.asarray([p["logit"] for p in r["predictions"]], float),

@@ -149,7 +149,8 @@ def references(spec: CompareSpec, frames: dict[str, Any], n_boot: int) -> dict[s
         logistic = pd.concat([logistic_reference(f, features) for f in folds])
         logistic = logistic.merge(first[first["seed"] == first["seed"].min()][
             ["subject_id", "pu_label"]], on="subject_id").assign(seed=0)
-        out[LOGISTIC] = scores.method_scores(logistic, n_boot)
+        out[LOGISTIC] = {**scores.method_scores(logistic, n_boot), "predictions": logistic[
+            ["subject_id", "pu_label", "logit", "truth"]].to_dict("records")}
     except (AdniPuError, ValueError, OSError) as exc:
         out[LOGISTIC] = {"missing": " ".join(str(exc).split())}
     return out
