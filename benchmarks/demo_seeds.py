@@ -67,6 +67,16 @@ def _predictions(record: dict, name: str) -> list[dict]:
     return source[name]["predictions"]
 
 
+def comparison_overhead(record: dict) -> dict[str, float]:
+    """What the comparison stage took beyond its pieces (``times_s``'s "compare (report)":
+    the stage's wall time minus each piece's training and scoring), in seconds and as a
+    share of the pieces' time."""
+    pieces = sum(v for k, v in record["times_s"].items() if k.startswith("train+evaluate "))
+    own = float(record["times_s"]["compare (report)"])
+    return {"overhead_s": round(own, 2), "overhead_share": round(own / pieces, 4),
+            "pieces_s": round(pieces, 1)}
+
+
 def _mean_cell(values: list[float]) -> str:
     from adni_pu.pu.metrics import summarise
 
@@ -131,6 +141,17 @@ def _walls(data: dict) -> str:
     return f"{min(walls):.1f}-{max(walls):.1f} min" if len(walls) > 1 else f"{walls[0]:.1f} min"
 
 
+def _overheads(seeds: list[dict]) -> str:
+    """The comparison's own time beyond its pieces, as the table block states it."""
+    if not all("overhead_s" in s for s in seeds):
+        return ""
+    shares = [100 * s["overhead_share"] for s in seeds]
+    secs = [s["overhead_s"] for s in seeds]
+    return (f" The comparison's own time beyond its pieces' training and scoring: "
+            f"{min(secs):.1f}-{max(secs):.1f} s, {min(shares):.1f}-{max(shares):.1f} % of "
+            "the pieces' time.")
+
+
 def render_blocks(data: dict) -> dict[str, str]:
     """The demo's numbers as the README and docs/results.md show them, from the committed
     ``demo-seeds.json`` (so the pages can only show what that file holds)."""
@@ -171,7 +192,7 @@ def render_blocks(data: dict) -> dict[str, str]:
              "folds pooled, mean (std) over the seeds.\n\n" + "\n".join(rows)
              + f"\n\nPaired over the seeds ({n} subject-seeds, paired bootstrap): "
              + "; ".join(paired) + f". Wall time per run: {_walls(data)}"
-             + (f" ({data['load']})" if data.get("load") else "") + ".")
+             + (f" ({data['load']})" if data.get("load") else "") + "." + _overheads(seeds))
     return {"readme": readme, "table": table}
 
 
@@ -233,7 +254,8 @@ def main() -> None:
                         "reference_accuracy": {
                             name: {"value": first.get(key)} for name, key in REFERENCE_ACCURACY},
                         "nn_correction": {m: rec["results"][m]["nn_correction"]
-                                          for m in methods}})
+                                          for m in methods},
+                        **comparison_overhead(rec)})
     paired = []
     for a, b in PAIRS:
         if not {a, b} <= set(methods) | set(refs):
@@ -246,6 +268,8 @@ def main() -> None:
             d = paired_difference(frames[a], frames[b], metric=metric)
             paired.append({"pair": f"{a} - {b}", **d})
     walls = ", ".join(f"seed {s['seed']} {s['wall_s'] / 60:.1f} min" for s in summary)
+    overheads = ", ".join(f"seed {s['seed']} {s['overhead_s']:.1f} s "
+                          f"({100 * s['overhead_share']:.1f} %)" for s in summary)
     lines = [f"# adni-pu demo over {len(summary)} seed(s)", "",
              "Every method's metric [95 % CI, bootstrap over subjects] on the pooled held-out "
              "subjects of the seed's cross-validation (`adni-pu benchmark cohort` inside the "
@@ -253,7 +277,10 @@ def main() -> None:
              "lines in italics. Command per seed: "
              "`adni-pu demo --out runs/demo-seed<N> --seed <N>` (the README's command with a "
              f"seed). Wall time: {walls}." + (f" Load average while measuring: {args.load}."
-                                              if args.load else ""), ""]
+                                              if args.load else ""),
+             "", "The comparison's own time (its stage's wall time minus the time its pieces "
+             "trained and scored: checks, fold manifests, the report with its bootstrap, "
+             f"reference line and plots) against the pieces' time: {overheads}.", ""]
     for metric, heading in TABLES:
         lines += [f"## {heading}", "", *seed_table(records, metric, methods, refs), ""]
     lines += ["## Paired differences", "",

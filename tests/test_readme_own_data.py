@@ -25,7 +25,8 @@ REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 SECTION = "## Your ADNI download"
 #: The steps the block must take, in this order (the issue's path from download to results).
-STEPS = ("adni-pu preprocess", "adni-pu qc", "adni-pu cohort build", "adni-pu train",
+STEPS = ("adni-pu preprocess", "adni-pu qc", "adni-pu cohort build", "adni-pu benchmark cohort",
+         "adni-pu train",
          "adni-pu evaluate", "adni-pu interpret", "adni-pu predict")
 
 
@@ -60,8 +61,10 @@ def test_block_goes_from_download_to_predictions_and_only_epochs_varies():
               for step in STEPS]
     assert None not in starts and starts == sorted(starts), list(zip(STEPS, starts))
     variables = set(re.findall(r"\$\{?([A-Za-z_]\w*)", "\n".join(lines)))
-    assert variables == {"EPOCHS"}, variables
-    assert any("--set train.epochs=$EPOCHS" in line for line in lines)
+    assert variables == {"EPOCHS", "FOLDS"}, variables
+    assert lines[1].startswith("FOLDS=${FOLDS:-"), lines[1]
+    assert sum("--set train.epochs=$EPOCHS" in line for line in lines) == 2  # compare, train
+    assert any("--folds $FOLDS" in line for line in lines)
 
 
 def test_the_cohort_takes_the_ratings_saved_from_the_qc_report():
@@ -106,6 +109,7 @@ def _environment() -> dict[str, str]:
     env["PATH"] = f"{venv_bin}{os.pathsep}{env.get('PATH', '')}"
     env["VIRTUAL_ENV"] = str(venv_bin.parent)
     env["EPOCHS"] = "1"
+    env["FOLDS"] = "3"  # its 3 labelled positives allow 3 to 5 folds (2 leave a val split without)
     return env
 
 
@@ -147,6 +151,20 @@ def test_readme_block_runs_on_a_synthetic_adni_download(tmp_path):
     quality = pd.read_csv(download / "cohort" / "quality.csv", dtype=str)
     assert unsure in quality.loc[quality["kind"] == "scan_rated_unsure", "examples"].iloc[0]
 
+    # the comparison: every method on 3 folds of all 18 subjects, pooled and paired
+    compare = download / "runs" / "compare"
+    held = []
+    for fold in range(3):
+        frame = pd.read_csv(compare / "folds" / f"fold-{fold}" / "manifest.csv")
+        held += list(frame.loc[frame["split"] == "test", "subject_id"])
+        for method in ("naive", "nnpu", "selfpu"):
+            assert (compare / "pieces" / method / f"fold-{fold}" / "seed-0" / "piece.json"
+                    ).is_file()
+    assert sorted(held) == sorted(manifest["subject_id"])  # each subject held out once
+    compared = (compare / "report.md").read_text()
+    assert "| selfpu - nnpu |" in compared and "## Calibration" in compared
+    assert {p.name for p in (compare / "records").iterdir()} == {
+        "naive.json", "nnpu.json", "selfpu.json"}
     # train and evaluate: a run folder and the test report
     run = download / "runs" / "selfpu"
     assert (run / "run.json").is_file() and (run / "best_model.pt").is_file()

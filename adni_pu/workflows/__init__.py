@@ -17,8 +17,11 @@ call them directly. Beside them, what several verbs share:
 - :mod:`~adni_pu.workflows.results_format`: the benchmark's results files, written by
   ``benchmark`` and read by :mod:`~adni_pu.workflows.results_table`
   (``adni-pu benchmark table``)
-- :mod:`~adni_pu.workflows.crossval` and :mod:`~adni_pu.workflows.demo_policy`: the demo's
-  folds and pooled scoring, and its training settings, class prior and reference lines
+- :mod:`~adni_pu.workflows.compare`: the comparison of methods on a cohort (``adni-pu
+  benchmark cohort``): folds, pieces, pooled scores, paired differences, reference lines,
+  the report and the fold models' ensemble; the demo runs it
+- :mod:`~adni_pu.workflows.demo_policy`: the demo's training budget and what its report
+  reads from the comparison
 
 Nothing heavy is imported here.
 """
