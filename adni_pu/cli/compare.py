@@ -123,6 +123,7 @@ def cohort(
              f"--seeds {seeds}"] + ([f"--first-seed {first_seed}"] if first_seed else [])
             + ([f"--val-fraction {val_fraction}"] if val_fraction is not None else [])
             + ([f"--prior {prior}"] if prior != "cohort" else [])
+            + [f"--config {config}"] * (config is not None)
             + [f"--set {s}" for s in set_ or []])
         if piece and not report_only:
             from adni_pu.workflows.compare.report import collect
@@ -150,5 +151,8 @@ def cohort_report(
 
     pairs = _pairs(pair)
     with output_lock(out, "benchmark cohort-report"):  # not while pieces are being trained
-        path = write_report(out, pairs, bootstrap, f"adni-pu benchmark cohort-report {out}")
+        command = " ".join([f"adni-pu benchmark cohort-report {out}",
+                            *(f"--pair {p}" for p in pair or []),
+                            *([f"--bootstrap {bootstrap}"] if bootstrap != 1000 else [])])
+        path = write_report(out, pairs, bootstrap, command)
     typer.echo(f"report: {path}")

@@ -66,8 +66,20 @@ def collect(spec: CompareSpec) -> tuple[dict[str, Any], list[dict[str, Any]], li
                 rows += [{**p, "seed": seed, "fold": r["fold"]} for r in mine
                          for p in r["held_out"]]
         if rows:
-            frames[method] = pd.DataFrame(rows).astype({"truth": float})
+            frames[method] = with_probability(pd.DataFrame(rows).astype({"truth": float}))
     return frames, records, missing
+
+
+def with_probability(frame: Any) -> Any:
+    """``frame`` with ``probability`` = sigmoid(logit) where a row has none (records kept
+    without it: :mod:`benchmarks`' converted paper-scale pieces)."""
+    from adni_pu.pu.metrics import sigmoid
+
+    if "probability" not in frame:
+        frame["probability"] = float("nan")
+    missing = frame["probability"].isna()
+    frame.loc[missing, "probability"] = sigmoid(frame.loc[missing, "logit"].to_numpy(float))
+    return frame
 
 
 def build(spec: CompareSpec, pairs: list[tuple[str, str]] | None, n_boot: int
