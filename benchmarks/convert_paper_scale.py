@@ -19,7 +19,6 @@ removed by the caller (git rm) once the converted ones are committed.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 from pathlib import Path
@@ -33,14 +32,16 @@ SOURCE_COMMIT = "e6ed927"
 
 
 def compact_json(record: dict[str, Any]) -> str:
-    """Indented JSON with each per-subject row on one line (the files stay smaller than the
-    per-seed files they replace)."""
+    """Indented JSON with each per-subject row, and each object of plain values below the
+    top, on one line (the files stay smaller than the per-seed files they replace)."""
     import re
 
     rows: list[str] = []
 
-    def mark(value: Any) -> Any:
-        if isinstance(value, dict) and "subject_id" in value:
+    def mark(value: Any, top: bool = False) -> Any:
+        plain = isinstance(value, dict) and not any(isinstance(v, (dict, list))
+                                                    for v in value.values())
+        if isinstance(value, dict) and ("subject_id" in value or (plain and not top)):
             rows.append(json.dumps(value, separators=(",", ":")))
             return f"@@{len(rows) - 1}@@"
         if isinstance(value, dict):
@@ -49,7 +50,7 @@ def compact_json(record: dict[str, Any]) -> str:
             return [mark(v) for v in value]
         return value
 
-    text = json.dumps(mark(record), indent=2)
+    text = json.dumps(mark(record, top=True), indent=2)
     return re.sub(r'"@@(\d+)@@"', lambda m: rows[int(m.group(1))], text) + "\n"
 
 
@@ -81,13 +82,12 @@ def piece_record(old: dict[str, Any], path: Path, reads_prior: bool) -> dict[str
         "method": old["method"], "fold": 0, "seed": old["seed"], "prior": prior,
         "prior_estimate": estimate, "selected_epoch": result["best_epoch"],
         "selected_model": result["candidate"], "epochs": old["epochs"],
-        "train_seconds": old["wall_s"], "score_seconds": None,
+        "train_seconds": old["wall_s"],
         "splits": old["cohort"]["splits"], "machine": old["machine"],
         "converted_from": {
             "file": f"{path.relative_to(REPO)} at commit {SOURCE_COMMIT}",
-            "date": old["date"],
-            "train_seconds": "the run's whole wall time (cohort split, training, scoring)",
-            "val_auc": result.get("val_auc"), "nn_correction": result.get("nn_correction"),
+            "date": old["date"], "val_auc": result.get("val_auc"),
+            "nn_correction": result.get("nn_correction"),
             "git_commit": (old.get("provenance") or {}).get("git_commit")},
         "held_out": held_out(result["predictions"]), "independent_test": None}
 
@@ -132,7 +132,9 @@ def convert(folder: Path, seeds: int, methods: tuple[str, ...], manifest: str) -
                          "cohort_seed": first["cohort"]["cohort_seed"],
                          "synth": first["cohort"]["synth"], "data": first["data"]},
               "converted_from": f"the per-seed files of {folder.relative_to(REPO)} at commit "
-                                f"{SOURCE_COMMIT} (benchmarks/convert_paper_scale.py)"}
+                                f"{SOURCE_COMMIT} (benchmarks/convert_paper_scale.py); each "
+                                "piece's train_seconds is its run's whole wall time (cohort "
+                                "split, training, scoring)"}
     (folder / SETTINGS_FILE).write_text(json.dumps(record, indent=2) + "\n")
     n = 0
     for path in sorted(folder.glob("*-seed*.json")):
