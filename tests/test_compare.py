@@ -289,17 +289,17 @@ def test_a_piece_held_by_another_process_is_left_to_it(compared):
 
 
 def _cohort_tables(tmp_path, n: int = 40) -> tuple:
-    """An ADNIMERGE-like clinical table (two visits per subject, the baseline age on both,
-    as ADNI's AGE column) and a preprocessing summary with its listed volumes."""
+    """An ADNIMERGE-like clinical table (two visits per subject, the later one's age 0-3
+    years on) and a preprocessing summary with its listed volumes."""
     clinical = ["RID,PTID,VISCODE,EXAMDATE,DX_bl,DX,AGE,PTGENDER,AV45,FBB,PIB"]
     scans = ["subject_id,session_id,input_path,status,preprocessed_path,error,seconds"]
     for i in range(1, n + 1):
         dx_bl, dx = [("CN", "CN"), ("LMCI", "MCI"), ("AD", "Dementia"), ("CN", "CN")][i % 4]
         av45 = f"{0.95 + 0.007 * i:.3f}" if i % 5 else ""
         sex = "Male" if i % 3 else "Female"
-        for visit, date in (("bl", "2010"), ("m12", "2011")):
+        for visit, date, older in (("bl", "2010", 0), ("m12", "2011", i % 4)):
             clinical.append(f"{i},011_S_{i:04d},{visit},{date}-01-{i % 27 + 1:02d},{dx_bl},{dx},"
-                            f"{60 + (7 * i) % 23},{sex},{av45 if visit == 'bl' else ''},,")
+                            f"{60 + (7 * i) % 23 + older},{sex},{av45 if visit == 'bl' else ''},,")
         for ses in ("M000", "M012"):
             volume = f"sub-ADNI011S{i:04d}/ses-{ses}/t1.nii.gz"
             scans.append(f"ADNI011S{i:04d},{ses},/raw/{i}_{ses}.nii,done,{volume},,3")
