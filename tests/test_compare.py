@@ -352,6 +352,7 @@ def test_holdout_split_is_the_cohort_builders(tmp_path):
     (["--holdout", "30"], "--holdout 30: expected 1 to 29"),
     (["--holdout", "4", "--val-fraction", "0.9"], "--val-fraction 0.9: expected above 0"),
     (["--methods", "naive,nnpu-estimated", "--set", "prior=0.3"], "nnpu-estimated fixes"),
+    (["--methods", "naive,nnpu-estimated"], "estimating the class prior needs at least 10"),
 ])
 def test_bad_holdout_combinations_are_one_line(tmp_path, args, expected):
     path = tmp_path / "manifest.csv"

@@ -226,11 +226,10 @@ def prepare(spec: CompareSpec, wanted: list[str] | None = None) -> list[Piece]:
                             "'test', found none")
     check_folds(subjects[~subjects["subject_id"].isin(test)], spec.folds, spec.fold_seed,
                 str(mpath))
-    record = {"manifest": str(mpath), "manifest_sha256": fileio.sha256_file(mpath),
-              "settings": spec.recorded()}
-    check_settings(out, record)
     frames, test_frame = fold_frames(frame, spec.folds, spec.fold_seed, test)
     check_priors(spec, frames, str(mpath))
+    check_settings(out, {"manifest": str(mpath), "manifest_sha256": fileio.sha256_file(mpath),
+                         "settings": spec.recorded()})  # the first write, after every check
     for k, part in enumerate(frames):
         _write_once(fold_manifest(out, k), part.to_csv(index=False))
     if test_frame is not None:
@@ -253,9 +252,9 @@ def _prepare_holdout(spec: CompareSpec, frame: Any, mpath: Path, out: Path) -> N
     frames = {s: holdout_frame(frame, holdout_assignment(subjects, spec.holdout,
                                                          val_fraction(spec), s))
               for s in spec.seed_values}
+    check_priors(spec, list(frames.values()), str(mpath))
     check_settings(out, {"manifest": str(mpath), "manifest_sha256": fileio.sha256_file(mpath),
                          "settings": spec.recorded()})
-    check_priors(spec, list(frames.values()), str(mpath))
     for seed, part in frames.items():
         _write_once(seed_manifest(out, seed), part.to_csv(index=False))
 
