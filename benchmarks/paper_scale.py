@@ -12,17 +12,25 @@ stratified by label and truth; training seed s. Every training setting is the de
 ``benchmarks/results/demo-tuning-log.md``); nothing here was tuned, and each seed's
 held-out subjects are scored once, after training::
 
-    # 1. the cohort, once (ideal model-grid volumes; for real preprocessing leave out
-    #    ideal_preprocessed and run `adni-pu preprocess bids` on DIR/bids)
+    # 1. the cohort, once: the generator's ideal model-grid volumes
     adni-pu synth runs/paper-scale/synth --layout bids --subjects 935 --seed 0 \\
         --set 'visit_probabilities=[1,0,0]' --set ideal_preprocessed=true
     adni-pu cohort build runs/paper-scale/synth/clinical/ADNIMERGE.csv \\
         runs/paper-scale/synth/preprocessed_ideal/summary.csv runs/paper-scale/cohort
+    #    or the raw scans through the real pipeline with the demo's fast settings
+    #    (46 minutes on 2 cores), then `cohort build` on PREP/summary.csv
+    adni-pu preprocess runs/paper-scale/synth/bids PREP --workers 2 \\
+        --set registration.resolution_mm=4.0 --set 'registration.iterations=[50,20]' \\
+        --set 'registration.shrink_factors=[2,1]' \\
+        --set 'registration.smoothing_sigmas=[1.0,0.0]' \\
+        --set skullstrip.deepbet_size=192 --set qc.min_brain_ml=400
     # 2. the methods, method x seed pieces (resumable; --piece i/N shares them out)
     adni-pu benchmark cohort runs/paper-scale/cohort/manifest.csv OUT --holdout 113 \\
         --seeds 40 --methods naive,upu,nnpu,selfpu,nnpu-estimated,vpu \\
         --config benchmarks/paper-scale.toml
-    adni-pu benchmark cohort-report OUT --pair nnpu,naive --pair selfpu,nnpu ...
+    adni-pu benchmark cohort-report OUT --pair nnpu,naive --pair selfpu,nnpu \\
+        --pair nnpu,upu --pair selfpu,naive --pair nnpu-estimated,nnpu --pair vpu,nnpu \\
+        --pair vpu,naive
     # 3. the generator's truth line on each seed's split (seconds), then the table
     python -m benchmarks.paper_scale truth OUT --synth runs/paper-scale/synth
     python -m benchmarks.paper_scale table OUT --out benchmarks/results/paper-scale-table.md
