@@ -136,6 +136,8 @@ def test_pooled_metrics_and_paired_ci_against_a_hand_computation():
     acc = pair["metrics"]["accuracy"]
     assert (acc["value"], acc["ci_low"], acc["ci_high"]) == (1.0, 1.0, 1.0)
     assert acc["share_a_better"] == 1.0
+    # the PU task's own difference: subject 1, the one hidden positive, found or missed
+    assert pair["metrics"]["hidden_positive_recall"]["value"] == 1.0
 
 
 def test_calibration_error_by_hand():
