@@ -73,6 +73,8 @@ class CompareSpec:
         if self.holdout is None:  # a K-fold comparison records what it always recorded
             data.pop("holdout")
             data.pop("val_fraction")
+        elif self.val_fraction is None:  # the value used, given or not
+            data["val_fraction"] = HOLDOUT_VAL_FRACTION
         return {k: list(v) if isinstance(v, tuple) else v for k, v in data.items()}
 
 
