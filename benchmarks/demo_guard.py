@@ -3,8 +3,9 @@
 The full demo (100 subjects, 4 methods, about 10 minutes) is too long for the test suite, so
 its committed tables (``benchmarks/results/demo-seeds.*``, and the README and
 docs/results.md built from them) are tied to the code through a reduced demo that runs the
-same stages (generator, real preprocessing, cohort builder, training of naive, nnPU and
-Self-PU, pooled evaluation, reference lines) on 12 subjects for 2 epochs:
+same stages (generator, real preprocessing, cohort builder, the comparison of naive, nnPU
+and Self-PU, pooled evaluation, reference lines) on 12 subjects for 2 epochs, and through
+the folds the default demo (100 subjects) draws, which need no image:
 
     # after regenerating the demo tables (docs/results.md, "The demo"), record the guard
     .venv/bin/python -m benchmarks.demo_guard --record
@@ -80,6 +81,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write this run's fingerprint here")
     args = parser.parse_args()
     from adni_pu.provenance import provenance
+    from adni_pu.workflows.demo import DemoSettings, planned_folds
 
     with tempfile.TemporaryDirectory() as tmp:
         first = fingerprint(run_reduced_demo(Path(tmp) / "a", args.code.resolve()))
@@ -104,7 +106,8 @@ def main() -> None:
               "demo_seeds_commit": seeds_commit(),
               "code_commit": git_describe(args.code, abbrev=40),
               "repeat_max_logit_difference": repeat,
-              "fingerprint": first, "provenance": provenance()}
+              "fingerprint": first, "default_folds": planned_folds(DemoSettings()),
+              "provenance": provenance()}
     write_json(GUARD, record)
     print(f"wrote {GUARD} (two runs agree to {repeat:.1e})")
 

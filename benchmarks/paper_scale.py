@@ -1,46 +1,47 @@
-"""The paper's ADNI testbed at its scale, on a synthetic cohort: naive, uPU, nnPU, Self-PU.
-
-Beside them nnPU with the class prior estimated from the PU data alone (``nnpu-estimated``:
-``prior = "estimate"``, :mod:`adni_pu.workflows.prior`, what a cohort without amyloid PET
-has to do) and the demo's reference lines on the same splits: a logistic regression on two
-volumes measured on the scans and the generator's true hippocampal loss.
+"""The paper's ADNI testbed at its scale, on a synthetic cohort: what the comparison command
+cannot know (the generator's truth line) and the table beside the paper's.
 
 935 synthetic subjects with ADNI's composition (the generator's defaults, docs/volumes.md
 "Composition") and the demo's disease effects, labelled by the ``paper`` preset (labelled:
 diagnosed patients; truth: that diagnosis or SUVR >= 1.08, so amyloid-positive MCI and CN
-are hidden in the unlabelled set). Per seed a subject-level split holds out 113 subjects
-(the paper's test count) and trains and validates on the other 822 (15 % of all subjects
-validate), stratified by label and truth. The 3-branch CNN and every training setting are
-the demo's (chosen on the demo's tuning cohorts, ``benchmarks/results/demo-tuning-log.md``);
-nothing here was tuned, and the test split is scored once, after training.
+are hidden in the unlabelled set). The methods are compared by ``adni-pu benchmark cohort
+--holdout 113``: per seed s a subject-level split with split seed s holds out 113 subjects
+(the paper's test count), validates on 15 % of all subjects and trains on the rest,
+stratified by label and truth; training seed s. Every training setting is the demo's
+(``benchmarks/paper-scale.toml``, chosen on the demo's tuning cohorts,
+``benchmarks/results/demo-tuning-log.md``); nothing here was tuned, and each seed's
+held-out subjects are scored once, after training::
 
-In pieces that each write their own results file, so a run cut short keeps what finished
-and every piece can run on another machine::
+    # 1. the cohort, once: the generator's ideal model-grid volumes
+    adni-pu synth runs/paper-scale/synth --layout bids --subjects 935 --seed 0 \\
+        --set 'visit_probabilities=[1,0,0]' --set ideal_preprocessed=true
+    adni-pu cohort build runs/paper-scale/synth/clinical/ADNIMERGE.csv \\
+        runs/paper-scale/synth/preprocessed_ideal/summary.csv runs/paper-scale/cohort
+    #    or the raw scans through the real pipeline with the demo's fast settings
+    #    (46 minutes on 2 cores), then `cohort build` on PREP/summary.csv
+    adni-pu preprocess runs/paper-scale/synth/bids PREP --workers 2 \\
+        --set registration.resolution_mm=4.0 --set 'registration.iterations=[50,20]' \\
+        --set 'registration.shrink_factors=[2,1]' \\
+        --set 'registration.smoothing_sigmas=[1.0,0.0]' \\
+        --set skullstrip.deepbet_size=192 --set qc.min_brain_ml=400
+    # 2. the methods, method x seed pieces (resumable; --piece i/N shares them out)
+    adni-pu benchmark cohort runs/paper-scale/cohort/manifest.csv OUT --holdout 113 \\
+        --seeds 40 --methods naive,upu,nnpu,selfpu,nnpu-estimated,vpu \\
+        --config benchmarks/paper-scale.toml
+    adni-pu benchmark cohort-report OUT --pair nnpu,naive --pair selfpu,nnpu \\
+        --pair nnpu,upu --pair selfpu,naive --pair nnpu-estimated,nnpu --pair vpu,nnpu \\
+        --pair vpu,naive
+    # 3. the generator's truth line on each seed's split (seconds), then the table
+    python -m benchmarks.paper_scale truth OUT --synth runs/paper-scale/synth
+    python -m benchmarks.paper_scale table OUT --out benchmarks/results/paper-scale-table.md
 
-    # 1. generate the cohort once (and preprocess it: ``--preprocessing real``, 46 minutes
-    #    on 2 cores; the default uses the generator's ideal model-grid volumes)
-    python -m benchmarks.paper_scale prepare --work runs/paper-scale
-    # 2. one method and one seed per call (seed = split seed = training seed); resumable
-    python -m benchmarks.paper_scale run --work runs/paper-scale --method nnpu --seed 0
-    #    (``--method nnpu-estimated``: nnPU with the estimated prior)
-    # 3. the reference lines on seeds' splits (no CNN: seconds per seed once the volume
-    #    features are measured, a few minutes the first time)
-    python -m benchmarks.paper_scale references --work runs/paper-scale --seed 0 1 2
-    # 4. the table over the results files found
-    python -m benchmarks.paper_scale table
-    # 5. a cohort prepared with --preprocessing real, its results in their own folder
-    #    (``run --results``), each method paired with itself on the ideal volumes
-    python -m benchmarks.paper_scale table --results benchmarks/results/paper-scale-real \
-        --out benchmarks/results/paper-scale-real-table.md --beside benchmarks/results/paper-scale
-
-Results: ``benchmarks/results/paper-scale/<method>-seed<S>.json`` (metrics with CIs over
-subjects, per-subject test predictions, wall time, machine, settings, versions; for
-``nnpu-estimated`` the prior estimate with its CI beside the training split's true prior),
-``reference-seed<S>.json`` (the reference lines, the same metrics on the same held-out
-subjects) and ``benchmarks/results/paper-scale-table.md`` / ``.json``: accuracy (the
-paper's number), AUC and hidden-positive recall per method as mean (std) over seeds,
-paired differences of accuracy with a bootstrap CI over seeds and subjects, the reference
-lines, the prior estimates against the true priors, and the paper's ADNI table beside.
+Results: the comparison folder ``benchmarks/results/paper-scale/`` (``pieces/``: per method
+and seed the held-out subjects' scores, the prior, the splits; ``report.md``/``.json``,
+``records/``), its reference lines in ``references/seed-<S>.json`` and the table
+``benchmarks/results/paper-scale-table.md`` / ``.json``: per method accuracy (the paper's
+number), AUC and hidden-positive recall as mean (std) over seeds, the paired differences of
+``report.json`` (bootstrap CI over seeds and subjects), the reference lines, the prior
+estimates against the true priors, and the paper's ADNI table beside.
 """
 
 from __future__ import annotations
@@ -53,29 +54,11 @@ from typing import Any
 
 from adni_pu.fileio import atomic_write_text
 from adni_pu.pu.metrics import TABLE_METRICS, metric_label
-from benchmarks.common import (
-    REPO,
-    add_prepare_options,
-    add_run_options,
-    command_line,
-    mean_std_cell,
-    prepare_cohort,
-    script_parser,
-    train_on_split,
-    write_json,
-)
+from benchmarks.common import REPO, command_line, mean_std_cell, script_parser, write_json
 
 RESULTS = REPO / "benchmarks" / "results" / "paper-scale"
-METHODS = ("naive", "upu", "nnpu", "selfpu", "nnpu-estimated", "vpu")
-#: Methods that are a training preset with settings of their own: name -> (preset, the
-#: ``--set`` overrides it adds after the demo's settings and the user's).
-VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
-    # the class prior from the PU data alone (a P-vs-U classifier and best-bin estimation
-    # on the validation split): what a cohort without amyloid PET has to use
-    "nnpu-estimated": ("nnpu", ('prior="estimate"',)),
-}
-#: The reference lines (names as :func:`adni_pu.workflows.demo_policy.reference_scores`
-#: gives them) and what each is.
+#: The reference lines and what each is (the logistic one: the comparison's own, kept here
+#: for the converted results, whose scans are not committed).
 LOGISTIC, TRUTH = "logistic regression on 2 volumes", "generator truth: hippocampal loss"
 REFERENCE_NOTES = {
     LOGISTIC: "two volumes measured on the scans (hippocampal tissue, CSF around the lateral "
@@ -86,104 +69,14 @@ REFERENCE_NOTES = {
            "with the best accuracy against the truth on the training subjects: what a "
            "perfect hippocampal measurement with the best cut would give",
 }
-#: The paper's ADNI testbed (Chen et al., ICML 2020): 822 train, 113 test subjects.
-SUBJECTS, TEST_SUBJECTS = 935, 113
-VAL_FRACTION = 0.15
 #: The paper's ADNI accuracies (%), test-selected on its private split.
 PAPER = {"naive": 73.27, "upu": 73.45, "nnpu": 75.96, "selfpu": 79.50}
+#: The paired differences of the table, A minus B (``cohort-report --pair``), and their
+#: metrics.
 PAIRS: tuple[tuple[str, str], ...] = (("nnpu", "naive"), ("selfpu", "nnpu"), ("nnpu", "upu"),
                                       ("selfpu", "naive"), ("nnpu-estimated", "nnpu"),
                                       ("vpu", "nnpu"), ("vpu", "naive"))
-
-
-def _settings(work: Path, subjects: int, cohort_seed: int, preprocessing: str, workers: int):
-    from adni_pu.workflows.demo import DemoSettings
-
-    return DemoSettings(subjects=subjects, out=work, preprocessing=preprocessing,
-                        workers=workers, seed=cohort_seed)
-
-
-def prepare(args: argparse.Namespace) -> None:
-    """Generate (and with ``--preprocessing real`` preprocess) the cohort once."""
-    settings = _settings(args.work, args.subjects, args.cohort_seed, args.preprocessing,
-                         args.workers)
-    prepare_cohort(settings, {"subjects": args.subjects, "cohort_seed": args.cohort_seed,
-                              "synth": settings.synth, "workers": args.workers})
-
-
-def method_run(method: str, overrides: list[str]) -> tuple[str, list[str]]:
-    """The training preset and the ``--set`` overrides of ``method`` (:data:`VARIANTS`);
-    a user's override of a setting the method fixes is refused (the results file would
-    name a method it did not run)."""
-    from adni_pu.config import parse_override
-
-    preset, own = VARIANTS.get(method, (method, ()))
-    fixed = {tuple(parse_override(o)[0]) for o in own}
-    if ("prior",) in fixed:
-        fixed.add(("train", "prior"))  # another name for the class prior
-    clash = [o for o in overrides if tuple(parse_override(o)[0]) in fixed]
-    if clash:
-        raise SystemExit(f"--method {method} sets {', '.join(own)}; --set {clash[0]} "
-                         "would change it (use --method " + preset + " for other values)")
-    return preset, [*overrides, *own]
-
-
-def prior_estimate_record(run_dir: Path) -> dict[str, Any] | None:
-    """The run's prior estimate (``prior_estimate.json``) beside the training split's true
-    prior, with the error and whether the CI holds the truth; None for a run that was
-    given its prior."""
-    path = run_dir / "prior_estimate.json"
-    if not path.is_file():
-        return None
-    est = json.loads(path.read_text())
-    used = json.loads((run_dir / "run.json").read_text()).get("prior")
-    out = {**est, "prior_trained_with": used}
-    if est.get("true_prior") is not None:
-        out["error"] = est["value"] - est["true_prior"]
-        out["ci_holds_true_prior"] = bool(est["ci_low"] <= est["true_prior"] <= est["ci_high"])
-    return out
-
-
-def run(args: argparse.Namespace) -> None:
-    """Train one method on one seed's split and score its held-out subjects once."""
-    from adni_pu.cohort import pu_summary
-    from adni_pu.provenance import provenance
-
-    subjects = json.loads((args.work / "prepared.json").read_text())["subjects"]
-    preset, overrides = method_run(args.method, args.set)
-    tic = time.perf_counter()
-    done = train_on_split(argparse.Namespace(**{**vars(args), "set": overrides}), print,
-                          preset=preset, test_fraction=TEST_SUBJECTS / subjects,
-                          val_fraction=VAL_FRACTION)
-    info, pooled, manifest = done["info"], done["pooled"], done["cohort"].manifest
-    splits = {s: pu_summary(manifest[manifest["split"] == s]) for s in ("train", "val", "test")}
-    out = {
-        "benchmark": "paper-scale synthetic ADNI: naive vs uPU vs nnPU vs Self-PU",
-        "command": command_line(__file__),
-        "date": time.strftime("%Y-%m-%d"), "machine": f"{args.machine}; torch threads "
-        f"{args.threads}", "data": f"synthetic ADNI-like cohort ({info['preprocessing']})",
-        "method": args.method, "preset": preset, "seed": args.seed, "epochs": args.epochs,
-        "cohort": {"subjects": info["subjects"], "cohort_seed": info["cohort_seed"],
-                   "synth": info["synth"], "prior": done["prior"],
-                   "prior_note": done["prior_note"], "splits": splits},
-        "settings": done["settings"], "overrides": overrides,
-        "wall_s": round(time.perf_counter() - tic, 1),
-        "metrics": pooled["metrics"], "n_scored": pooled["n_scored"],
-        "n_positive": pooled["n_positive"], "n_hidden": pooled.get("n_hidden"),
-        "result": done["record"], "provenance": provenance(),
-    }
-    estimate = prior_estimate_record(done["run_dir"])
-    if estimate is not None:
-        out["prior_estimate"] = estimate
-        out["cohort"]["prior_note"] += "; not given to this run, which estimated its prior"
-    path = write_json(args.results / f"{args.method}-seed{args.seed}.json", out, default=str)
-    m = pooled["metrics"]
-    print(f"{args.method} seed {args.seed}: accuracy {m['accuracy']['value']:.3f}, AUC "
-          f"{m['auc']['value']:.3f}, hidden-positive recall "
-          f"{m['hidden_positive_recall']['value']:.3f} ({out['wall_s']:.0f} s) -> {path}")
-    if estimate is not None:
-        print(f"  prior estimate {estimate['value']:.3f} [{estimate['ci_low']:.3f}, "
-              f"{estimate['ci_high']:.3f}], true {estimate.get('true_prior')}")
+PAIRED = ("accuracy", "auc", "hidden_positive_recall")
 
 
 def best_threshold(scores: Any, truth: Any) -> float:
@@ -202,99 +95,51 @@ def best_threshold(scores: Any, truth: Any) -> float:
     return float(cuts[int(np.argmax(correct))])
 
 
-def reference_lines(work: Path, seed: int, n_boot: int = 1000,
-                    results: Path | None = None) -> dict[str, Any]:
-    """The reference lines on seed ``seed``'s subject-level split of the cohort prepared in
-    ``work``, scored on its held-out subjects as the methods are (:data:`REFERENCE_NOTES`).
-
-    The split is the one :func:`run` trains on (the same cohort stage, seed and
-    fractions), built in a temporary folder so that no cohort folder of a running training
-    is written; with ``results``, refused before any scoring when a method's results file
-    there of this seed held out other subjects. The volume features are measured once and kept in
-    ``work/volume_features.csv`` (:func:`~adni_pu.workflows.demo_policy.reference_scores`).
-    """
-    import tempfile
-
+def truth_line(manifest: Path, synth: Path) -> dict[str, Any]:
+    """The generator's truth line on one seed's split (its hold-out manifest): each
+    subject's true hippocampal loss (mean over its scans), cut at the best threshold on the
+    training subjects, scored on the held-out ones."""
     import pandas as pd
 
-    from adni_pu.cohort import pu_summary, read_manifest
-    from adni_pu.workflows.crossval import pooled_metrics, subject_frame
-    from adni_pu.workflows.demo import cohort_stage
-    from adni_pu.workflows.demo_policy import reference_scores
+    from adni_pu.cohort import read_manifest
+    from adni_pu.workflows.compare.folds import subject_table
 
-    info = json.loads((work / "prepared.json").read_text())
-    with tempfile.TemporaryDirectory(prefix="paper-scale-split-") as tmp:
-        _, path = cohort_stage(Path(tmp) / "cohort", work / "synth", Path(info["summary"]),
-                               seed, lambda m: None,
-                               test_fraction=TEST_SUBJECTS / info["subjects"],
-                               val_fraction=VAL_FRACTION)
-        manifest = read_manifest(path)
-        manifest["split"] = manifest["split"].astype(str)
-        split = manifest.groupby("subject_id")["split"].first()
-        subjects = subject_frame(manifest)
-        subjects["split"] = subjects["subject_id"].map(split)
-        test_ids = set(subjects.loc[subjects["split"] == "test", "subject_id"])
-        if results is not None:
-            check_same_subjects(results, seed, sorted(test_ids))
-        # the truth line on the training subjects too: its cut is chosen on them
-        scored = subjects[subjects["split"].isin(["train", "test"])]
-        lines = reference_scores(work, work / "synth", [path], scored.drop(columns="split"),
-                                 n_boot)
-    truth = pd.DataFrame(lines[TRUTH]["predictions"])
-    on_test = truth["subject_id"].isin(test_ids)
-    cut = best_threshold(truth.loc[~on_test, "logit"], truth.loc[~on_test, "truth"])
-    truth = truth[on_test].assign(logit=lambda f: f["logit"] - cut)
-    out: dict[str, Any] = {}
-    for name, preds in ((LOGISTIC, pd.DataFrame(lines[LOGISTIC]["predictions"])),
-                        (TRUTH, truth)):
-        if set(preds["subject_id"]) != test_ids:
-            raise ValueError(f"{name}: scored {len(preds)} subjects, not the split's "
-                             f"{len(test_ids)} held-out ones")
-        pooled = pooled_metrics(preds, n_boot)
-        out[name] = {"note": REFERENCE_NOTES[name], "metrics": pooled["metrics"],
-                     "n_scored": pooled["n_scored"], "n_positive": pooled["n_positive"],
-                     "n_hidden": pooled.get("n_hidden"),
-                     "predictions": preds.to_dict("records")}
-    out[TRUTH]["threshold"] = {"hippocampal_loss": cut, "chosen_on": "train"}
-    splits = {s: pu_summary(manifest[manifest["split"] == s]) for s in ("train", "val", "test")}
-    return {"lines": out, "splits": splits, "info": info}
+    subjects = subject_table(read_manifest(manifest))
+    truth = pd.read_csv(synth / "truth_scans.csv", dtype={"subject_id": str})
+    loss = truth.groupby("subject_id")["hippocampal_loss"].mean().rename("logit")
+    scored = subjects.merge(loss.reset_index(), on="subject_id")
+    train, test = (scored[scored["split"].astype(str) == s] for s in ("train", "test"))
+    held = int((subjects["split"].astype(str) == "test").sum())
+    if len(test) != held:
+        raise ValueError(f"{synth}/truth_scans.csv: {len(test)} of the {held} held-out "
+                         f"subjects of {manifest} have a true hippocampal loss")
+    cut = best_threshold(train["logit"], train["truth"])
+    preds = test.assign(logit=test["logit"] - cut)
+    return {"note": REFERENCE_NOTES[TRUTH],
+            "threshold": {"hippocampal_loss": cut, "chosen_on": "train"},
+            "predictions": [{"subject_id": r.subject_id, "pu_label": int(r.pu_label),
+                             "logit": float(r.logit),
+                             "truth": None if pd.isna(r.truth) else float(r.truth)}
+                            for r in preds.itertuples()]}
 
 
-def check_same_subjects(results: Path, seed: int, ids: list[str]) -> None:
-    """Refuse held-out subjects ``ids`` (sorted) that differ from those of a method's
-    results file of the same seed (another cohort or split), naming the file."""
-    for method in METHODS:
-        path = results / f"{method}-seed{seed}.json"
-        if path.is_file():
-            theirs = sorted(p["subject_id"] for p in
-                            json.loads(path.read_text())["result"]["predictions"])
-            if theirs != ids:
-                raise SystemExit(f"{path}: holds out {len(theirs)} other subjects than "
-                                 f"seed {seed}'s split of this cohort ({len(ids)}); the "
-                                 "reference lines would not be on the same subjects")
+def truth(args: argparse.Namespace) -> None:
+    """The truth line of each seed of the comparison in ``args.folder``:
+    ``references/seed-<S>.json``."""
+    from adni_pu.workflows.compare.pieces import seed_manifest
+    from adni_pu.workflows.compare.report import read_spec
 
-
-def references(args: argparse.Namespace) -> None:
-    """The reference lines of each seed's split: ``reference-seed<S>.json`` per seed."""
-    from adni_pu.provenance import provenance
-
-    for seed in args.seed:
+    spec = read_spec(args.folder)
+    if spec.holdout is None:
+        raise SystemExit(f"{args.folder}: a comparison with --holdout (a split per seed)")
+    for seed in spec.seed_values:
         tic = time.perf_counter()
-        done = reference_lines(args.work, seed, args.boot, args.results)
-        info = done["info"]
-        out = {
-            "benchmark": "paper-scale synthetic ADNI: reference lines",
-            "command": command_line(__file__), "date": time.strftime("%Y-%m-%d"),
-            "machine": args.machine, "data": f"synthetic ADNI-like cohort "
-            f"({info['preprocessing']})", "seed": seed,
-            "cohort": {"subjects": info["subjects"], "cohort_seed": info["cohort_seed"],
-                       "synth": info["synth"], "splits": done["splits"]},
-            "wall_s": round(time.perf_counter() - tic, 1), "references": done["lines"],
-            "provenance": provenance()}
-        path = write_json(args.results / f"reference-seed{seed}.json", out, default=str)
-        print(f"references seed {seed} ({out['wall_s']:.0f} s) -> {path}: " + "; ".join(
-            f"{name}: accuracy {r['metrics']['accuracy']['value']:.3f}, AUC "
-            f"{r['metrics']['auc']['value']:.3f}" for name, r in done["lines"].items()))
+        line = truth_line(seed_manifest(args.folder, seed), args.synth)
+        out = {"seed": seed, "machine": args.machine, "command": command_line(__file__),
+               "date": time.strftime("%Y-%m-%d"), "wall_s": round(time.perf_counter() - tic, 1),
+               "lines": {TRUTH: line}}
+        path = write_json(args.folder / "references" / f"seed-{seed}.json", out)
+        print(f"truth line seed {seed} -> {path}")
 
 
 def seed_list(seeds: list[int]) -> str:
@@ -318,104 +163,91 @@ def machine_cell(recs: list[dict]) -> str:
                       for m in machines)
 
 
-def load_results(directory: Path) -> dict[str, list[dict]]:
-    """Every results file of ``directory``, by method, sorted by seed."""
-    out: dict[str, list[dict]] = {}
-    for method in METHODS:
-        recs = [json.loads(f.read_text()) for f in directory.glob(f"{method}-seed*.json")]
-        if recs:
-            out[method] = sorted(recs, key=lambda r: r["seed"])
-    return out
+def per_seed_metrics(frame: Any) -> dict[int, dict[str, float]]:
+    """Each seed's metrics of per-subject predictions (``seed, logit, truth, pu_label``)."""
+    from adni_pu.pu.metrics import binary_metrics
+
+    known = frame[frame["truth"].notna()]
+    return {int(s): binary_metrics(g["logit"].to_numpy(float), g["truth"].to_numpy(float),
+                                   g["pu_label"].to_numpy(float))
+            for s, g in known.groupby("seed", sort=True)}
 
 
-def predictions(recs: list[dict], seeds: list[int]) -> Any:
-    """The per-subject test predictions of results files ``recs`` on ``seeds``, one frame
-    with a ``seed`` column (what :func:`paired_difference` pairs on)."""
+def finished(folder: Path) -> tuple[Any, dict[str, Any], list[dict]]:
+    """A comparison folder's settings, per method the held-out predictions of its finished
+    seeds, and the finished pieces' records (:func:`adni_pu.workflows.compare.report.collect`)."""
+    from adni_pu.workflows.compare.report import collect, read_spec
+
+    spec = read_spec(folder)
+    frames, records, _ = collect(spec)
+    if not frames:
+        raise SystemExit(f"{folder}: no method has a finished seed")
+    return spec, frames, records
+
+
+def load(folder: Path) -> dict[str, Any]:
+    """A comparison folder's settings, report, pooled predictions, finished pieces (per
+    method, by seed) and reference lines."""
     import pandas as pd
 
-    return pd.concat([pd.DataFrame(r["result"]["predictions"]).assign(seed=r["seed"])
-                      for r in recs if r["seed"] in seeds])
+    from adni_pu.workflows.compare.pieces import SETTINGS_FILE
+
+    spec, frames, records = finished(folder)
+    report_path = folder / "report.json"
+    if not report_path.is_file():
+        raise SystemExit(f"{folder}: no report.json; run adni-pu benchmark cohort-report "
+                         f"{folder} first")
+    pieces: dict[str, list[dict]] = {}
+    for r in sorted(records, key=lambda r: r["seed"]):
+        if int(r["seed"]) in set(frames.get(r["method"], pd.DataFrame({"seed": []}))["seed"]):
+            pieces.setdefault(r["method"], []).append(r)
+    refs = [json.loads(p.read_text()) for p in (folder / "references").glob("seed-*.json")]
+    return {"spec": spec, "record": json.loads((folder / SETTINGS_FILE).read_text()),
+            "report": json.loads(report_path.read_text()), "frames": frames,
+            "pieces": pieces, "references": sorted(refs, key=lambda r: r["seed"])}
 
 
-def paired_rows(results: dict[str, list[dict]], n_boot: int = 1000) -> list[dict]:
-    """Paired differences (accuracy and AUC) on the seeds both methods have."""
-
-    from adni_pu.workflows.compare.scores import paired_difference
-
-    rows = []
-    for a, b in PAIRS:
-        if a not in results or b not in results:
-            continue
-        seeds = sorted({r["seed"] for r in results[a]} & {r["seed"] for r in results[b]})
-        if not seeds:
-            continue
-        frames = {m: predictions(results[m], seeds) for m in (a, b)}
-        for metric in ("accuracy", "auc", "hidden_positive_recall"):
-            d = paired_difference(frames[a], frames[b], n_boot=n_boot, metric=metric)
-            rows.append({"pair": f"{a} - {b}", "metric": metric, "seeds": seeds, **d})
-    return rows
-
-
-def beside_rows(results: dict[str, list[dict]], other: dict[str, list[dict]],
-                names: tuple[str, str], n_boot: int = 1000) -> list[dict]:
-    """Each method of ``results`` minus the same method of ``other`` (the same cohort's
-    subjects another way, e.g. preprocessed scans against the generator's ideal volumes),
-    paired on the seeds both have and, within each seed, the held-out subjects both
-    scored (all of them where both cohorts made the same split); ``names`` name the two
-    sides in the rows."""
-
-    from adni_pu.workflows.compare.scores import paired_difference
-
-    rows = []
-    for method in METHODS:
-        if method not in results or method not in other:
-            continue
-        seeds = sorted({r["seed"] for r in results[method]} & {r["seed"] for r in other[method]})
-        if not seeds:
-            continue
-        a, b = predictions(results[method], seeds), predictions(other[method], seeds)
-        held_out = [len(a), len(b)]
-        common = a[["seed", "subject_id"]].merge(b[["seed", "subject_id"]])
-        a, b = (f.merge(common) for f in (a, b))
-        pair = f"{method}: {names[0]} - {names[1]}"
-        for metric in ("accuracy", "auc", "hidden_positive_recall"):
-            d = paired_difference(a, b, n_boot=n_boot, metric=metric)
-            rows.append({"pair": pair, "metric": metric, "seeds": seeds,
-                         "held_out": held_out, "paired_subjects": len(common), **d})
-    return rows
-
-
-def load_references(directory: Path) -> list[dict]:
-    """Every ``reference-seed<S>.json`` of ``directory``, sorted by seed."""
-    recs = [json.loads(f.read_text()) for f in directory.glob("reference-seed*.json")]
-    return sorted(recs, key=lambda r: r["seed"])
-
-
-def reference_rows(refs: list[dict]) -> tuple[list[str], dict[str, Any]]:
+def reference_rows(refs: list[dict], report: dict[str, Any]) -> tuple[list[str], dict]:
     """The table rows of the reference lines (mean (std) over the seeds that have them, the
-    methods' columns) and their summary."""
+    methods' columns) and their summary: the lines of ``references/``, and the comparison's
+    own logistic line where those lack it."""
+    import pandas as pd
+
     from adni_pu.pu.metrics import summarise
 
     rows, summary = [], {}
-    names = list(dict.fromkeys(name for r in refs for name in r["references"]))
+    names = list(dict.fromkeys(name for r in refs for name in r["lines"]))
     for name in names:
-        recs = [r for r in refs if name in r["references"]]
-        values = {m: [r["references"][name]["metrics"][m]["value"] for r in recs]
-                  for m in TABLE_METRICS}
+        recs = [r for r in refs if name in r["lines"]]
+        frame = pd.concat([pd.DataFrame(r["lines"][name]["predictions"]).assign(seed=r["seed"])
+                           for r in recs]).astype({"truth": float})
+        scored = per_seed_metrics(frame)
+        values = {m: [scored[r["seed"]][m] for r in recs] for m in TABLE_METRICS}
         minutes = summarise([r["wall_s"] / 60 for r in recs])["mean"]
         rows.append(f"| *reference: {name}* | {seed_list([r['seed'] for r in recs])} | "
                     + " | ".join(mean_std_cell(values[m]) for m in TABLE_METRICS)
                     + f" | - | {minutes:.1f} | " + machine_cell(recs) + " |")
         summary[name] = {m: summarise(v) for m, v in values.items()}
         summary[name]["seeds"] = [r["seed"] for r in recs]
+    own = report.get("references", {}).get(LOGISTIC, {})
+    if LOGISTIC not in summary and "metrics" in own:
+        cells = [f"{100 * own['metrics'][m]['over_seeds']['mean']:.1f} "
+                 f"({100 * own['metrics'][m]['over_seeds']['std']:.1f})" for m in TABLE_METRICS]
+        rows.append(f"| *reference: {LOGISTIC}* | (the comparison's) | " + " | ".join(cells)
+                    + " | - | - | - |")
+        summary[LOGISTIC] = {m: own["metrics"][m]["over_seeds"] for m in TABLE_METRICS}
     return rows, summary
 
 
 def prior_estimation(recs: list[dict]) -> tuple[list[str], dict[str, Any]]:
-    """The estimated-prior runs' estimates against the training splits' true priors: a
+    """The estimated-prior pieces' estimates against the training splits' true priors: a
     table per seed, the mean absolute error and how often the CI held the truth."""
-    rows = [(r["seed"], r["prior_estimate"]) for r in recs
-            if (r.get("prior_estimate") or {}).get("true_prior") is not None]
+    rows = []
+    for r in recs:
+        est = r.get("prior_estimate") or {}
+        true = est.get("true_prior", r.get("splits", {}).get("train", {}).get("class_prior"))
+        if est and true is not None:
+            rows.append((r["seed"], {**est, "true_prior": true}))
     if not rows:
         return [], {}
     errors = [e["value"] - e["true_prior"] for _, e in rows]
@@ -446,6 +278,41 @@ def prior_estimation(recs: list[dict]) -> tuple[list[str], dict[str, Any]]:
     return lines, summary
 
 
+def paired_line(d: dict[str, Any], metric: str, extra: str = "") -> str:
+    """One paired difference as a table row, in percentage points."""
+    m = d["metrics"][metric]
+    return (f"| {d['pair']} | {metric.replace('_', ' ')} | {100 * m['value']:+.1f} "
+            f"[{100 * m['ci_low']:+.1f}, {100 * m['ci_high']:+.1f}] | "
+            f"{m['share_a_better']:.2f} | {seed_list(d['seeds'])} |{extra}")
+
+
+def beside_rows(mine: dict[str, Any], other: dict[str, Any], names: tuple[str, str],
+                n_boot: int) -> list[dict]:
+    """Each method of comparison ``mine`` minus the same method of ``other`` (the same
+    cohort's subjects another way, e.g. preprocessed scans against the generator's ideal
+    volumes), paired on the seeds both have and, within each seed, the held-out subjects
+    both scored; ``names`` name the two sides."""
+    from adni_pu.workflows.compare.scores import paired_difference
+
+    rows = []
+    for method, a in mine.items():
+        if method not in other:
+            continue
+        b = other[method]
+        seeds = sorted(set(a["seed"]) & set(b["seed"]))
+        if not seeds:
+            continue
+        a, b = a[a["seed"].isin(seeds)], b[b["seed"].isin(seeds)]
+        held_out = [len(a), len(b)]
+        common = a[["seed", "subject_id"]].merge(b[["seed", "subject_id"]])
+        a, b = (f.merge(common) for f in (a, b))
+        rows.append({"pair": f"{method}: {names[0]} - {names[1]}", "seeds": seeds,
+                     "held_out": held_out, "paired_subjects": len(common),
+                     "metrics": {m: paired_difference(a, b, n_boot=n_boot, metric=m)
+                                 for m in PAIRED}})
+    return rows
+
+
 def _shown(path: Path) -> Path:
     """``path`` relative to the repository where it lies inside it."""
     full = path.resolve()
@@ -453,47 +320,50 @@ def _shown(path: Path) -> Path:
 
 
 def table(args: argparse.Namespace) -> None:
-    """Aggregate the results files into the table beside the paper's."""
+    """The table beside the paper's, from a comparison folder and its reference lines."""
     from adni_pu.provenance import provenance
     from adni_pu.pu.metrics import summarise
 
-    results = load_results(args.results)
-    if not results:
-        raise SystemExit(f"no results files in {args.results}")
+    done = load(args.folder)
+    report, pieces, frames = done["report"], done["pieces"], done["frames"]
     head = ["method", "seeds", *(metric_label(m) for m in TABLE_METRICS),
             "paper accuracy", "minutes per run", "machine"]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     summary = {}
-    for method, recs in results.items():
-        cells = [mean_std_cell([r["metrics"][m]["value"] for r in recs]) for m in TABLE_METRICS]
-        minutes = summarise([r["wall_s"] / 60 for r in recs])["mean"]
+    for method, recs in pieces.items():
+        scored = per_seed_metrics(frames[method])
+        values = {m: [scored[r["seed"]][m] for r in recs] for m in TABLE_METRICS}
+        minutes = summarise([r["train_seconds"] / 60 for r in recs])["mean"]
         paper = f"{PAPER[method]:.2f}" if method in PAPER else "-"
         rows.append(f"| {method} | {seed_list([r['seed'] for r in recs])} | "
-                    + " | ".join(cells) + f" | {paper} | {minutes:.0f} | "
-                    + machine_cell(recs) + " |")
-        summary[method] = {m: summarise([r["metrics"][m]["value"] for r in recs])
-                           for m in TABLE_METRICS}
+                    + " | ".join(mean_std_cell(values[m]) for m in TABLE_METRICS)
+                    + f" | {paper} | {minutes:.0f} | " + machine_cell(
+                        [{"seed": r["seed"], "machine": r.get("machine") or "-"} for r in recs])
+                    + " |")
+        summary[method] = {m: summarise(v) for m, v in values.items()}
         summary[method]["seeds"] = [r["seed"] for r in recs]
-        summary[method]["wall_s"] = [r["wall_s"] for r in recs]
-    any_recs = next(iter(results.values()))
+        summary[method]["wall_s"] = [r["train_seconds"] for r in recs]
+    first_method = next(iter(pieces))
+    scored = per_seed_metrics(frames[first_method])
     for name, key in (("call everyone negative", "all_negative_accuracy"),
                       ("call everyone positive", "all_positive_accuracy")):
-        rows.append(f"| *reference: {name}* | {seed_list([r['seed'] for r in any_recs])} | "
-                    + mean_std_cell([r["metrics"][key]["value"] for r in any_recs])
+        rows.append(f"| *reference: {name}* | {seed_list(list(scored))} | "
+                    + mean_std_cell([s[key] for s in scored.values()])
                     + " |" + " - |" * (len(head) - 3))
-    ref_rows, ref_summary = reference_rows(load_references(args.results))
+    ref_rows, ref_summary = reference_rows(done["references"], report)
     rows += ref_rows
-    paired = paired_rows(results, args.boot)
-    prior_lines, prior_summary = prior_estimation(results.get("nnpu-estimated", []))
-    first = any_recs[0]
-    test = first["cohort"]["splits"]["test"]
-    train = first["cohort"]["splits"]["train"]
+    prior_lines, prior_summary = prior_estimation(pieces.get("nnpu-estimated", []))
+    first = pieces[first_method][0]
+    test, train = first["splits"]["test"], first["splits"]["train"]
+    cohort = done["record"].get("cohort") or {}
+    subjects = sum(first["splits"][s]["subjects"] for s in ("train", "val", "test"))
+    described = (f"cohort seed {cohort['cohort_seed']}: {cohort['data']}" if cohort else
+                 f"cohort `{done['spec'].manifest}`")
     lines = [
         "# The paper's ADNI testbed at its scale (synthetic cohort)", "",
-        f"{first['cohort']['subjects']} subjects, cohort seed "
-        f"{first['cohort']['cohort_seed']}: {first['data']}; labels by the `paper` preset; per "
+        f"{subjects} subjects, {described}; labels by the `paper` preset; per "
         f"seed {test['subjects']} held out, {train['subjects']} trained on and the rest "
-        f"({first['cohort']['subjects'] - test['subjects'] - train['subjects']}) validated "
+        f"({subjects - test['subjects'] - train['subjects']}) validated "
         "on, by subject. The first seed's training split: "
         f"n_p = {train['n_p']}, class prior {train['class_prior']:.3f}, "
         f"{train['hidden_positive']} hidden positives ({train['hidden_share']:.0%} of the "
@@ -502,32 +372,26 @@ def table(args: argparse.Namespace) -> None:
         "each seed's metrics are on its own held-out subjects.", "",
         *rows, "",
         "Paired differences (percentage points), 95 % CI from a paired bootstrap over the "
-        f"seeds and the held-out subjects within each seed ({args.boot} resamples):", "",
-        "| difference | metric | value [95 % CI] | share of resamples > 0 | seeds |",
+        f"seeds and the held-out subjects within each seed ({report['n_boot']} resamples):",
+        "", "| difference | metric | value [95 % CI] | share of resamples > 0 | seeds |",
         "|---|---|---|---|---|"]
-    for d in paired:
-        lines.append(f"| {d['pair']} | {d['metric'].replace('_', ' ')} | "
-                     f"{100 * d['value']:+.1f} [{100 * d['ci_low']:+.1f}, "
-                     f"{100 * d['ci_high']:+.1f}] | {d['share_a_better']:.2f} | "
-                     f"{seed_list(d['seeds'])} |")
+    lines += [paired_line(d, m) for d in report["paired"] for m in PAIRED
+              if m in d["metrics"]]
     beside = []
     if args.beside is not None:
-        other = load_results(args.beside)
-        if not other:
-            raise SystemExit(f"--beside {args.beside}: no results files there")
-        beside = beside_rows(results, other, (args.results.name, args.beside.name), args.boot)
+        other = finished(args.beside)[1]
+        beside = beside_rows(frames, other, (args.folder.name, args.beside.name),
+                             report["n_boot"])
         lines += ["", "Each method against itself on the same subjects in "
                   f"`{_shown(args.beside)}` (paired bootstrap as above; subjects: those both "
                   "held out and scored, of those held out here and there, and how many of "
                   "them have a truth, which every metric needs):", "",
                   "| difference | metric | value [95 % CI] | share of resamples > 0 | seeds | "
                   "subjects |", "|---|---|---|---|---|---|"]
-        lines += [f"| {d['pair']} | {d['metric'].replace('_', ' ')} | "
-                  f"{100 * d['value']:+.1f} [{100 * d['ci_low']:+.1f}, "
-                  f"{100 * d['ci_high']:+.1f}] | {d['share_a_better']:.2f} | "
-                  f"{seed_list(d['seeds'])} | {d['paired_subjects']} of {d['held_out'][0]} / "
-                  f"{d['held_out'][1]} ({d['n_subjects']} with a truth) |"
-                  for d in beside]
+        lines += [paired_line(d, m, f" {d['paired_subjects']} of {d['held_out'][0]} / "
+                                    f"{d['held_out'][1]} ({d['metrics'][m]['n_subjects']} "
+                                    "with a truth) |")
+                  for d in beside for m in PAIRED]
     lines += prior_lines
     if ref_summary:
         lines += ["", "Reference lines, on each seed's held-out subjects: " + "; ".join(
@@ -536,14 +400,16 @@ def table(args: argparse.Namespace) -> None:
               "its private 113-subject test split, with the model chosen on that split's "
               "curve; ours are chosen on validation. Different data: read the columns for "
               "the ordering and the size of the PU effect, not for equal numbers.", "",
-              "From `python -m benchmarks.paper_scale table` over "
-              f"`{_shown(args.results)}/*.json` (each file has its command, settings, machine "
-              "and versions).", ""]
+              f"From `{report.get('command') or 'adni-pu benchmark cohort-report'}` and "
+              f"`{command_line(__file__)}` over the "
+              f"comparison folder `{_shown(args.folder)}` (each piece has its settings, "
+              "prior, splits and machine).", ""]
     text = "\n".join(lines)
     atomic_write_text(args.out.with_suffix(".md"), text)
     write_json(args.out.with_suffix(".json"), {
         "command": command_line(__file__), "paper": PAPER, "methods": summary,
-        "references": ref_summary, "paired": paired, "prior_estimation": prior_summary,
+        "references": ref_summary, "paired": report["paired"],
+        "prior_estimation": prior_summary,
         "beside": {"results": str(_shown(args.beside)), "paired": beside} if beside else None,
         "provenance": provenance()}, default=str)
     print(text)
@@ -552,30 +418,20 @@ def table(args: argparse.Namespace) -> None:
 def main() -> None:
     parser = script_parser(__doc__)
     sub = parser.add_subparsers(dest="step", required=True)
-    p = sub.add_parser("prepare", help="generate (and preprocess) the cohort")
-    add_prepare_options(p, "runs/paper-scale", subjects=SUBJECTS)
-    p.add_argument("--preprocessing", choices=("ideal", "real"), default="ideal")
-    r = sub.add_parser("run", help="train and test one method with one seed")
-    add_run_options(r, METHODS, "runs/paper-scale", epochs=8, threads=2)
-    r.add_argument("--results", type=Path, default=RESULTS,
-                   help="folder for the results file (another machine's pieces)")
-    f = sub.add_parser("references", help="the reference lines of seeds' splits (no CNN)")
-    f.add_argument("--work", type=Path, default=Path("runs/paper-scale"),
-                   help="the prepared cohort")
-    f.add_argument("--seed", type=int, nargs="+", default=[0], help="split seeds")
-    f.add_argument("--results", type=Path, default=RESULTS)
-    f.add_argument("--boot", type=int, default=1000, help="bootstrap resamples of the CIs")
-    f.add_argument("--machine", default="2-core CPU VM, no GPU")
-    t = sub.add_parser("table", help="aggregate the results files")
-    t.add_argument("--results", type=Path, default=RESULTS)
-    t.add_argument("--out", type=Path, default=RESULTS.parent / "paper-scale-table.md")
-    t.add_argument("--boot", type=int, default=1000)
-    t.add_argument("--beside", type=Path, default=None,
-                   help="another results folder of the same cohort's subjects (e.g. the "
+    t = sub.add_parser("truth", help="the generator's truth line on each seed's split")
+    t.add_argument("folder", type=Path, help="the comparison folder (--holdout)")
+    t.add_argument("--synth", type=Path, required=True,
+                   help="the `adni-pu synth --layout bids` folder (its truth_scans.csv)")
+    t.add_argument("--machine", default="2-core CPU VM, no GPU")
+    p = sub.add_parser("table", help="the table beside the paper's")
+    p.add_argument("folder", type=Path, nargs="?", default=RESULTS)
+    p.add_argument("--out", type=Path, default=RESULTS.parent / "paper-scale-table.md")
+    p.add_argument("--beside", type=Path, default=None,
+                   help="another comparison folder of the same cohort's subjects (e.g. the "
                         "ideal volumes beside the real preprocessing): each method against "
                         "itself there, paired")
     args = parser.parse_args()
-    {"prepare": prepare, "run": run, "references": references, "table": table}[args.step](args)
+    {"truth": truth, "table": table}[args.step](args)
 
 
 if __name__ == "__main__":

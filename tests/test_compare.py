@@ -136,6 +136,8 @@ def test_pooled_metrics_and_paired_ci_against_a_hand_computation():
     acc = pair["metrics"]["accuracy"]
     assert (acc["value"], acc["ci_low"], acc["ci_high"]) == (1.0, 1.0, 1.0)
     assert acc["share_a_better"] == 1.0
+    # the PU task's own difference: subject 1, the one hidden positive, found or missed
+    assert pair["metrics"]["hidden_positive_recall"]["value"] == 1.0
 
 
 def test_calibration_error_by_hand():
@@ -286,3 +288,123 @@ def test_a_piece_held_by_another_process_is_left_to_it(compared):
     again = RUNNER.invoke(app, args)
     assert "1 trained" in again.output
     assert not json.loads((root / "out/report.json").read_text())["unfinished_pieces"]
+
+
+def _cohort_tables(tmp_path, n: int = 40) -> tuple:
+    """An ADNIMERGE-like clinical table (two visits per subject, the later one's age 0-3
+    years on) and a preprocessing summary with its listed volumes."""
+    clinical = ["RID,PTID,VISCODE,EXAMDATE,DX_bl,DX,AGE,PTGENDER,AV45,FBB,PIB"]
+    scans = ["subject_id,session_id,input_path,status,preprocessed_path,error,seconds"]
+    for i in range(1, n + 1):
+        dx_bl, dx = [("CN", "CN"), ("LMCI", "MCI"), ("AD", "Dementia"), ("CN", "CN")][i % 4]
+        av45 = f"{0.95 + 0.007 * i:.3f}" if i % 5 else ""
+        sex = "Male" if i % 3 else "Female"
+        for visit, date, older in (("bl", "2010", 0), ("m12", "2011", i % 4)):
+            clinical.append(f"{i},011_S_{i:04d},{visit},{date}-01-{i % 27 + 1:02d},{dx_bl},{dx},"
+                            f"{60 + (7 * i) % 23 + older},{sex},{av45 if visit == 'bl' else ''},,")
+        for ses in ("M000", "M012"):
+            volume = f"sub-ADNI011S{i:04d}/ses-{ses}/t1.nii.gz"
+            scans.append(f"ADNI011S{i:04d},{ses},/raw/{i}_{ses}.nii,done,{volume},,3")
+            (tmp_path / volume).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / volume).write_text(volume)
+    (tmp_path / "ADNIMERGE.csv").write_text("\n".join(clinical) + "\n")
+    (tmp_path / "summary.csv").write_text("\n".join(scans) + "\n")
+    return tmp_path / "ADNIMERGE.csv", tmp_path / "summary.csv"
+
+
+def test_holdout_split_is_the_cohort_builders(tmp_path):
+    """Seed s's hold-out holds out the subjects `cohort build` holds out with split seed s
+    (what the paper-scale testbed's per-seed cohorts held out), from any manifest of the
+    cohort; held-out subjects neither train nor validate."""
+    from adni_pu.cohort import build_cohort, load_cohort_config
+    from adni_pu.workflows.compare.folds import (
+        holdout_assignment,
+        holdout_frame,
+        holdout_subjects,
+    )
+
+    clinical, summary = _cohort_tables(tmp_path)
+
+    def built(seed: int) -> pd.DataFrame:
+        cfg = load_cohort_config(values={"split": {"seed": seed, "test_fraction": 8 / 40,
+                                                   "val_fraction": 0.2}})
+        return build_cohort(clinical, summary, cfg).manifest
+
+    given = built(0)  # the manifest the comparison is given, split with another seed
+    subjects = holdout_subjects(given)
+    assert len(subjects) == 40
+    for seed in (1, 2, 7):
+        want = built(seed).groupby("subject_id")["split"].first().astype(str).to_dict()
+        got = holdout_assignment(subjects, 8, 0.2, seed)
+        assert got == want
+        assert sum(v == "test" for v in got.values()) == 8
+        frame = holdout_frame(given, got)
+        per_subject = frame.groupby("subject_id")["split"].nunique()
+        assert (per_subject == 1).all()  # a subject's visits stay together
+        test = set(frame.loc[frame["split"] == "test", "subject_id"])
+        assert not test & set(frame.loc[frame["split"] != "test", "subject_id"])
+    assert holdout_assignment(subjects, 8, 0.2, 1) != holdout_assignment(subjects, 8, 0.2, 2)
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["--holdout", "4", "--folds", "3"], "--holdout 4 and --folds 3: choose one"),
+    (["--holdout", "4", "--test-size", "3"], "--holdout: a split per seed"),
+    (["--holdout", "4", "--keep-test"], "--holdout: a split per seed"),
+    (["--val-fraction", "0.2"], "--val-fraction: only with --holdout"),
+    (["--holdout", "30"], "--holdout 30: expected 1 to 29"),
+    (["--holdout", "4", "--val-fraction", "0.9"], "--val-fraction 0.9: expected above 0"),
+    (["--methods", "naive,nnpu-estimated", "--set", "prior=0.3"], "nnpu-estimated fixes"),
+    (["--methods", "naive,nnpu-estimated"], "estimating the class prior needs at least 10"),
+])
+def test_bad_holdout_combinations_are_one_line(tmp_path, args, expected):
+    path = tmp_path / "manifest.csv"
+    _manifest().to_csv(path, index=False)
+    out = tmp_path / "out"
+    result = RUNNER.invoke(app, ["benchmark", "cohort", str(path), str(out), *args])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and expected in lines[0], result.output
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_a_variant_trains_its_preset_with_its_own_prior():
+    from adni_pu.workflows.compare.pieces import CompareSpec, Piece, piece_config
+
+    spec = CompareSpec(manifest="m.csv", out="o", methods=("nnpu", "nnpu-estimated"),
+                       prior=0.4)
+    own = piece_config(spec, Piece("nnpu-estimated", 0, 3))
+    given = piece_config(spec, Piece("nnpu", 0, 3))
+    assert own.prior == "estimate" and given.prior == 0.4
+    assert (own.preset, own.train.method, own.train.seed) == ("nnpu", "nnpu", 3)
+    assert own.train.method == given.train.method
+
+
+def test_holdout_comparison_end_to_end(tmp_path):
+    from volume_helpers import make_volume_cohort, tiny_overrides
+
+    manifest = make_volume_cohort(tmp_path / "cohort")
+    sets = [a for o in tiny_overrides(1, tmp_path / "cache") for a in ("--set", o)]
+    out = tmp_path / "out"
+    args = ["benchmark", "cohort", str(manifest), str(out), "--methods", "naive",
+            "--holdout", "4", "--val-fraction", "0.3", "--seeds", "2", "--first-seed", "5",
+            "--bootstrap", "20", *sets]
+    result = RUNNER.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "pieces: 2 trained" in result.output
+    held = {}
+    for seed in (5, 6):
+        split = pd.read_csv(out / f"folds/seed-{seed}/manifest.csv", dtype=str)
+        test = set(split.loc[split["split"] == "test", "subject_id"])
+        run = out / f"pieces/naive/fold-0/seed-{seed}"
+        seen = pd.read_csv(run / "splits.csv", dtype=str)
+        assert not set(seen.loc[seen["split"] != "test", "subject_id"]) & test
+        piece = json.loads((run / "piece.json").read_text())
+        held[seed] = {p["subject_id"] for p in piece["held_out"]}
+        assert held[seed] == test and len(test) == 4
+        assert piece["splits"]["test"]["subjects"] == 4
+    assert held[5] != held[6]  # each seed its own split
+    settings = json.loads((out / "comparison.json").read_text())["settings"]
+    assert (settings["holdout"], settings["folds"]) == (4, 1)
+    assert "repeated hold-out" in (out / "report.md").read_text()
+    record = json.loads((out / "records/naive.json").read_text())
+    assert [r["seed"] for r in record["per_seed"]] == [5, 6]

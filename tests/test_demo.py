@@ -117,6 +117,18 @@ def test_reduced_demo_runs_end_to_end_and_resumes(tmp_path):
     assert other.exit_code == 2 and "choose another --out" in other.output
 
 
+def test_the_default_demo_draws_the_recorded_folds():
+    """The full-size demo's folds (100 subjects, from the generator's table alone) are the
+    ones its committed numbers were made on: a change to the generator's subjects, the
+    cohort builder or the fold rule shows here, not only in the reduced demo."""
+    from adni_pu.workflows.demo import DemoSettings, planned_folds
+
+    guard = json.loads(GUARD.read_text())
+    assert planned_folds(DemoSettings()) == guard["default_folds"], (
+        "the default demo's folds moved: regenerate the demo tables (docs/results.md, "
+        "\"The demo\") and record the guard again")
+
+
 def test_demo_refuses_an_unknown_method_before_any_work(tmp_path):
     result = CliRunner().invoke(app, ["demo", "--methods", "nnpu,selfpuu",
                                       "--out", str(tmp_path / "d")])

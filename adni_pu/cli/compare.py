@@ -50,8 +50,10 @@ def cohort(
     out: Annotated[Path, typer.Argument(metavar="OUT", show_default=False,
                                         help="comparison folder (resumable)")],
     methods: Annotated[str, typer.Option(
-        help="comma-separated: naive, upu, nnpu, selfpu, vpu")] = "naive,nnpu,selfpu",
-    folds: Annotated[int, typer.Option(help="cross-validation folds K (by subject)")] = 5,
+        help="comma-separated: naive, upu, nnpu, selfpu, vpu, nnpu-estimated (nnPU with "
+             "the prior estimated from the PU data)")] = "naive,nnpu,selfpu",
+    folds: Annotated[Optional[int], typer.Option(  # noqa: UP045
+        show_default="5", help="cross-validation folds K (by subject)")] = None,
     seeds: Annotated[int, typer.Option(help="training seeds S per fold")] = 1,
     fold_seed: Annotated[int, typer.Option(help="seed of the fold assignment")] = 0,
     first_seed: Annotated[int, typer.Option(
@@ -60,6 +62,13 @@ def cohort(
         show_default="none", help="hold out this many subjects as a fixed test set")] = None,
     keep_test: Annotated[bool, typer.Option(
         help="the manifest's split=test subjects are the fixed test set")] = False,
+    holdout: Annotated[Optional[int], typer.Option(  # noqa: UP045
+        show_default="none", metavar="N",
+        help="repeated hold-out instead of folds: each seed its own split by subject, N "
+             "held out (the split `cohort build` makes with that seed)")] = None,
+    val_fraction: Annotated[Optional[float], typer.Option(  # noqa: UP045
+        show_default="0.15", help="with --holdout: the share of all subjects that "
+                                  "validates")] = None,
     prior: Annotated[str, typer.Option(
         metavar="NUMBER|cohort|estimate",
         help="class prior per fold, resolved as `adni-pu train` does")] = "cohort",
@@ -79,18 +88,24 @@ def cohort(
 ) -> None:
     """Which method on my cohort: every method x fold x seed trained (each a resumable piece,
     a run folder), held-out predictions pooled, metrics with CIs and paired differences."""
+    from adni_pu.errors import ConfigError
     from adni_pu.locking import output_lock
     from adni_pu.workflows.compare.pieces import CompareSpec, prepare, run_comparison
     from adni_pu.workflows.compare.report import write_report
 
     tic = time.perf_counter()
+    if holdout is not None and folds is not None:
+        raise ConfigError(f"--holdout {holdout} and --folds {folds}: choose one (a split per "
+                          "seed, or K folds)")
     spec = CompareSpec(manifest=str(manifest), out=str(out),
                        methods=tuple(m.strip() for m in methods.split(",") if m.strip()),
-                       folds=folds, seeds=seeds, fold_seed=fold_seed,
+                       folds=(1 if holdout is not None else 5) if folds is None else folds,
+                       seeds=seeds, fold_seed=fold_seed,
                        first_seed=first_seed, test_size=test_size,
                        keep_test=keep_test, prior=_prior(prior),
                        config_file=str(config) if config is not None else None,
-                       overrides=tuple(set_ or []))
+                       overrides=tuple(set_ or []), holdout=holdout,
+                       val_fraction=val_fraction)
     pairs = _pairs(pair)
     with output_lock(out, "benchmark cohort", part=_part(piece, report_only)):
         if report_only:
@@ -103,8 +118,12 @@ def cohort(
                        f"({counts['pieces']} taken); {wall:.1f} s, of which training "
                        f"{counts['train_seconds']:.1f} s")
         command = "adni-pu benchmark cohort " + " ".join(
-            [str(manifest), str(out), f"--methods {methods}", f"--folds {folds}",
+            [str(manifest), str(out), f"--methods {methods}",
+             f"--holdout {holdout}" if holdout is not None else f"--folds {spec.folds}",
              f"--seeds {seeds}"] + ([f"--first-seed {first_seed}"] if first_seed else [])
+            + ([f"--val-fraction {val_fraction}"] if val_fraction is not None else [])
+            + ([f"--prior {prior}"] if prior != "cohort" else [])
+            + [f"--config {config}"] * (config is not None)
             + [f"--set {s}" for s in set_ or []])
         if piece and not report_only:
             from adni_pu.workflows.compare.report import collect
@@ -132,5 +151,8 @@ def cohort_report(
 
     pairs = _pairs(pair)
     with output_lock(out, "benchmark cohort-report"):  # not while pieces are being trained
-        path = write_report(out, pairs, bootstrap, f"adni-pu benchmark cohort-report {out}")
+        command = " ".join([f"adni-pu benchmark cohort-report {out}",
+                            *(f"--pair {p}" for p in pair or []),
+                            *([f"--bootstrap {bootstrap}"] if bootstrap != 1000 else [])])
+        path = write_report(out, pairs, bootstrap, command)
     typer.echo(f"report: {path}")

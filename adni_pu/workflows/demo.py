@@ -275,6 +275,19 @@ def synthetic_manifest(settings: DemoSettings, n_subjects: int) -> tuple[Any, li
         return read_manifest(path), [s.ptid for s in subjects]
 
 
+def planned_folds(settings: DemoSettings) -> list[dict[str, list[str]]]:
+    """The subjects of each fold's train, val and test split that the demo with these
+    settings will use, from the generator's subject table alone (no image is made; scans
+    that fail preprocessing are not foreseen): the cheap part of the demo's record, which
+    the test suite compares at full size (:mod:`benchmarks.demo_guard`)."""
+    from adni_pu.workflows.compare.folds import fold_frames
+
+    manifest, _ = synthetic_manifest(settings, settings.subjects)
+    frames, _ = fold_frames(manifest, settings.folds, settings.seed, set())
+    return [{split: sorted(set(f.loc[f["split"] == split, "subject_id"].astype(str)))
+             for split in ("train", "val", "test")} for f in frames]
+
+
 def comparison_spec(settings: DemoSettings, manifest: Path) -> Any:
     """The comparison the demo runs (``adni-pu benchmark cohort``): its methods on
     ``settings.folds`` folds of the cohort with one training seed, the demo's seed, which

@@ -1,5 +1,5 @@
-"""The benchmark tools: the parallel job runner's job files and packing, the demo-seeds table
-and the paper-scale table's pairs."""
+"""The benchmark tools: the parallel job runner's job files and packing and the demo-seeds
+table (the paper-scale table: test_paper_scale.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import demo_seeds, paper_scale, parallel_runs
+from benchmarks import demo_seeds, parallel_runs
 
 
 def test_read_jobs_parses_names_and_arguments(tmp_path: Path) -> None:
@@ -116,46 +116,3 @@ def test_demo_seeds_table_has_mean_row_and_paired_rows_with_the_reference(
     assert pairs[("selfpu - nnpu", "auc")]["value"] == 0.0
     assert pairs[("nnpu - naive", "auc")]["value"] == pytest.approx(0.25)
     assert pairs[("selfpu - logistic regression on 2 volumes", "auc")]["n_subjects"] == 16
-
-
-def test_paper_scale_table_pairs_methods_on_seeds_and_subjects(tmp_path: Path,
-                                                                monkeypatch) -> None:
-    """``paper_scale.py table``: mean (std) per method over the results files, the reference
-    lines, and paired differences of accuracy on the seeds both methods have; a method that
-    calls the hidden positives positive beats one that calls them negative."""
-    from adni_pu.pu.metrics import bootstrap_ci
-
-    truth = [1, 1, 1, 1, 0, 0, 0, 0]
-    pu = [1, 0, 0, 0, 0, 0, 0, 0]
-    logits = {"naive": [2.0, -1.0, -1.0, -1.0, -2.0, -2.0, -2.0, -2.0],
-              "nnpu": [2.0, 1.0, 1.0, -1.0, -2.0, -2.0, -2.0, 1.0]}
-    split = {"subjects": 8, "n_p": 1, "class_prior": 0.5, "hidden_positive": 3,
-             "hidden_share": 0.75, "truth_positive": 4}
-    results = tmp_path / "results"
-    results.mkdir()
-    for method, lg in logits.items():
-        for seed in ((0, 1) if method == "naive" else (0,)):
-            preds = [{"subject_id": f"s{i}", "pu_label": p, "logit": x, "truth": t}
-                     for i, (p, x, t) in enumerate(zip(pu, lg, truth))]
-            record = {"seed": seed, "wall_s": 60.0, "machine": "test", "data": "toy",
-                      "cohort": {"subjects": 8, "cohort_seed": 0,
-                                 "splits": {"train": split, "test": split}},
-                      "metrics": bootstrap_ci(lg, truth, (*paper_scale.TABLE_METRICS,
-                                                          "all_negative_accuracy",
-                                                          "all_positive_accuracy"),
-                                              n_boot=20, pu_label=pu),
-                      "result": {"predictions": preds}}
-            (results / f"{method}-seed{seed}.json").write_text(json.dumps(record))
-    out = tmp_path / "table.md"
-    monkeypatch.setattr("sys.argv", ["paper_scale.py", "table", "--results", str(results),
-                                     "--out", str(out), "--boot", "50"])
-    paper_scale.main()
-    text = out.read_text()
-    assert "| naive | 0-1 | 62.5 (0.0) | " in text      # accuracy 5/8 on both seeds
-    assert "| nnpu | 0 | 75.0 | " in text and "| 75.96 |" in text   # beside the paper's
-    assert "| *reference: call everyone negative* | 0-1 | 50.0 (0.0) |" in text
-    # paired on seed 0 only (nnpu has no seed 1): +12.5 accuracy, +66.7 hidden recall
-    assert "| nnpu - naive | accuracy | +12.5 [" in text
-    assert "| nnpu - naive | hidden positive recall | +66.7 [" in text
-    record = json.loads(out.with_suffix(".json").read_text())
-    assert [d["seeds"] for d in record["paired"]] == [[0]] * 3

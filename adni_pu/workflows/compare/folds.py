@@ -147,3 +147,70 @@ def absolute_scan_paths(frame: Any, base: Path) -> Any:
     paths = [str(p if Path(p).is_absolute() else (base / p).resolve())
              for p in frame["scan_path"].astype(str)]
     return frame.assign(scan_path=paths)
+
+
+def holdout_subjects(frame: Any) -> Any:
+    """One row per canonical subject with what the cohort builder's split balances on:
+    ``subject_id, pu_label, truth, sex, age`` (the first scan's sex, the youngest scan's
+    age: the baseline age ``adni-pu cohort build`` splits on)."""
+    from adni_pu.cohort.ids import scans_by_subject
+
+    scans = scans_by_subject(frame)
+    for column in ("sex", "age"):
+        if column not in scans:
+            scans[column] = None
+    return scans.groupby("subject_id", sort=True).agg(
+        pu_label=("pu_label", "max"), truth=("truth", "first"), sex=("sex", "first"),
+        age=("age", "min")).reset_index()
+
+
+def holdout_assignment(subjects: Any, holdout: int, val_fraction: float, seed: int
+                       ) -> dict[str, str]:
+    """Seed ``seed``'s repeated hold-out: subject id -> ``test`` (about ``holdout``
+    subjects, to within one), ``val`` (``val_fraction`` of all subjects) or ``train``.
+
+    The split of ``adni-pu cohort build`` (:func:`adni_pu.cohort.assign_splits`, stratified
+    on the PU label and truth, balanced on sex and age) with split seed ``seed`` and
+    ``test_fraction = holdout / subjects``: a cohort built with those settings holds out the
+    same subjects."""
+    from adni_pu.cohort import assign_splits
+    from adni_pu.cohort.config import SplitSettings
+
+    table = subjects[["subject_id", "pu_label", "truth", "sex", "age"]].copy()
+    table["truth"] = table["truth"].astype(float).astype("Int64")
+    settings = SplitSettings(seed=seed, test_fraction=holdout / len(table),
+                             val_fraction=val_fraction)
+    split = assign_splits(table, settings)
+    return dict(zip(split["subject_id"], split["split"].astype(str)))
+
+
+def check_holdout(subjects: Any, holdout: int, val_fraction: float, seeds: tuple[int, ...],
+                  where: str) -> None:
+    """Refuse a hold-out that cannot train: too many held out, or a seed whose training or
+    validation split lacks a labelled positive or an unlabelled subject."""
+    n = len(subjects)
+    if not 0 < holdout < n:
+        raise ConfigError(f"--holdout {holdout}: expected 1 to {n - 1} (the cohort has {n} "
+                          "subjects)")
+    if not 0 < val_fraction < 1 - holdout / n:
+        raise ConfigError(f"--val-fraction {val_fraction}: expected above 0 and below "
+                          f"{1 - holdout / n:.3f} (what --holdout {holdout} of {n} leaves)")
+    for seed in seeds:
+        problem = assignment_problem(subjects, holdout_assignment(subjects, holdout,
+                                                                  val_fraction, seed))
+        if problem is not None:
+            raise ConfigError(f"{where}: --holdout {holdout} with seed {seed} cannot train "
+                              f"({problem}; every training and validation split needs a "
+                              "labelled positive and an unlabelled subject); hold out fewer "
+                              "subjects or raise --val-fraction")
+
+
+def holdout_frame(frame: Any, assignment: dict[str, str]) -> Any:
+    """The manifest with ``split`` from a hold-out ``assignment`` (every row kept; ``fold``
+    -1: no folds)."""
+    from adni_pu.cohort.ids import normalise_subject_id
+
+    part = frame.copy()
+    part["split"] = [assignment[normalise_subject_id(s) or str(s)] for s in frame["subject_id"]]
+    part["fold"] = -1
+    return part.reset_index(drop=True)

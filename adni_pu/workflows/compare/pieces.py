@@ -22,7 +22,16 @@ from typing import Any
 from adni_pu import fileio
 from adni_pu.errors import AdniPuError, ConfigError, ManifestError, ResumeError
 
-METHODS = ("naive", "upu", "nnpu", "selfpu", "vpu")
+METHODS = ("naive", "upu", "nnpu", "selfpu", "vpu", "nnpu-estimated")
+#: Methods that are a training preset with settings of their own: name -> (preset, values
+#: that replace the comparison's). ``nnpu-estimated``: nnPU with the class prior estimated
+#: from each split's PU data alone (``prior = "estimate"``), what a cohort without amyloid
+#: PET must use, beside nnPU given the cohort's prior.
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "nnpu-estimated": ("nnpu", {"prior": "estimate"}),
+}
+#: The share of all subjects that validates in ``--holdout`` mode unless given.
+HOLDOUT_VAL_FRACTION = 0.15
 PIECE_FILE = "piece.json"
 SETTINGS_FILE = "comparison.json"
 TEST_MANIFEST = "independent_test.csv"
@@ -45,6 +54,12 @@ class CompareSpec:
     prior: float | str = "cohort"
     config_file: str | None = None
     overrides: tuple[str, ...] = field(default_factory=tuple)
+    holdout: int | None = None
+    """Repeated hold-out instead of K folds: each training seed s gets its own subject
+    split, this many subjects held out (``folds`` is then 1: the split is the one fold)."""
+    val_fraction: float | None = None
+    """The share of all subjects that validates in hold-out mode
+    (:data:`HOLDOUT_VAL_FRACTION` unless given)."""
 
     @property
     def seed_values(self) -> tuple[int, ...]:
@@ -55,6 +70,11 @@ class CompareSpec:
         data = asdict(self)
         data.pop("out")
         data.pop("manifest")
+        if self.holdout is None:  # a K-fold comparison records what it always recorded
+            data.pop("holdout")
+            data.pop("val_fraction")
+        elif self.val_fraction is None:  # the value used, given or not
+            data["val_fraction"] = HOLDOUT_VAL_FRACTION
         return {k: list(v) if isinstance(v, tuple) else v for k, v in data.items()}
 
 
@@ -84,6 +104,33 @@ def piece_dir(out: Path, piece: Piece) -> Path:
 
 def fold_manifest(out: Path, fold: int) -> Path:
     return Path(out) / "folds" / f"fold-{fold}" / "manifest.csv"
+
+
+def seed_manifest(out: Path, seed: int) -> Path:
+    """Seed ``seed``'s hold-out manifest (``--holdout``)."""
+    return Path(out) / "folds" / f"seed-{seed}" / "manifest.csv"
+
+
+def piece_manifest(spec: CompareSpec, piece: Piece) -> Path:
+    """The manifest a piece trains on: its fold's, or in hold-out mode its seed's."""
+    if spec.holdout is not None:
+        return seed_manifest(Path(spec.out), piece.seed)
+    return fold_manifest(Path(spec.out), piece.fold)
+
+
+def method_preset(method: str) -> tuple[str, dict[str, Any]]:
+    """The training preset of ``method`` and the values it fixes (:data:`VARIANTS`)."""
+    return VARIANTS.get(method, (method, {}))
+
+
+def method_prior(spec: CompareSpec, method: str) -> float | str:
+    """The class prior ``method`` trains with: its own (a variant's) or the comparison's."""
+    return method_preset(method)[1].get("prior", spec.prior)
+
+
+def val_fraction(spec: CompareSpec) -> float:
+    """The validating share of all subjects in hold-out mode."""
+    return HOLDOUT_VAL_FRACTION if spec.val_fraction is None else spec.val_fraction
 
 
 def select_pieces(pieces: list[Piece], wanted: list[str]) -> list[Piece]:
@@ -118,9 +165,22 @@ def check_spec(spec: CompareSpec) -> None:
                               + ", ".join(METHODS))
     if len(set(spec.methods)) != len(spec.methods):
         raise ConfigError(f"--methods {','.join(spec.methods)}: a method is named twice")
-    if spec.folds < 2:
+    if spec.holdout is not None:
+        if spec.folds != 1 or spec.test_size or spec.keep_test:
+            raise ConfigError("--holdout: a split per seed; it takes no --folds, --test-size "
+                              "or --keep-test (its held-out subjects are each seed's test set)")
+    elif spec.val_fraction is not None:
+        raise ConfigError("--val-fraction: only with --holdout (a fold's validation split is a "
+                          "fifth of its training part)")
+    elif spec.folds < 2:
         raise ConfigError(f"--folds {spec.folds}: expected at least 2 (every subject is held "
                           "out by one fold)")
+    fixed = [o for o in spec.overrides if o.split("=")[0].strip() in ("prior", "train.prior")]
+    variants = [m for m in spec.methods if "prior" in method_preset(m)[1]]
+    if fixed and variants:
+        raise ConfigError(f"--set {fixed[0]}: {variants[0]} fixes the class prior "
+                          f"({method_preset(variants[0])[1]['prior']}); give the others' "
+                          "prior with --prior")
     if spec.seeds < 1:
         raise ConfigError(f"--seeds {spec.seeds}: expected at least 1")
     if spec.first_seed < 0:
@@ -158,6 +218,9 @@ def prepare(spec: CompareSpec, wanted: list[str] | None = None) -> list[Piece]:
     pieces = select_pieces(all_pieces(spec), list(wanted or []))
     mpath = manifest_file(spec.manifest)
     frame = absolute_scan_paths(read_labelled_manifest(mpath), mpath.parent)
+    if spec.holdout is not None:
+        _prepare_holdout(spec, frame, mpath, out)
+        return pieces
     subjects = subject_table(frame)
     test = test_subjects(subjects, spec.test_size, spec.keep_test, spec.fold_seed)
     if spec.keep_test and not test:
@@ -165,16 +228,37 @@ def prepare(spec: CompareSpec, wanted: list[str] | None = None) -> list[Piece]:
                             "'test', found none")
     check_folds(subjects[~subjects["subject_id"].isin(test)], spec.folds, spec.fold_seed,
                 str(mpath))
-    record = {"manifest": str(mpath), "manifest_sha256": fileio.sha256_file(mpath),
-              "settings": spec.recorded()}
-    check_settings(out, record)
     frames, test_frame = fold_frames(frame, spec.folds, spec.fold_seed, test)
     check_priors(spec, frames, str(mpath))
+    check_settings(out, {"manifest": str(mpath), "manifest_sha256": fileio.sha256_file(mpath),
+                         "settings": spec.recorded()})  # the first write, after every check
     for k, part in enumerate(frames):
         _write_once(fold_manifest(out, k), part.to_csv(index=False))
     if test_frame is not None:
         _write_once(out / "folds" / TEST_MANIFEST, test_frame.to_csv(index=False))
     return pieces
+
+
+def _prepare_holdout(spec: CompareSpec, frame: Any, mpath: Path, out: Path) -> None:
+    """Hold-out mode's part of :func:`prepare`: each seed's split checked, then written."""
+    from adni_pu.workflows.compare.folds import (
+        check_holdout,
+        holdout_assignment,
+        holdout_frame,
+        holdout_subjects,
+    )
+
+    assert spec.holdout is not None
+    subjects = holdout_subjects(frame)
+    check_holdout(subjects, spec.holdout, val_fraction(spec), spec.seed_values, str(mpath))
+    frames = {s: holdout_frame(frame, holdout_assignment(subjects, spec.holdout,
+                                                         val_fraction(spec), s))
+              for s in spec.seed_values}
+    check_priors(spec, list(frames.values()), str(mpath))
+    check_settings(out, {"manifest": str(mpath), "manifest_sha256": fileio.sha256_file(mpath),
+                         "settings": spec.recorded()})
+    for seed, part in frames.items():
+        _write_once(seed_manifest(out, seed), part.to_csv(index=False))
 
 
 def check_priors(spec: CompareSpec, frames: list[Any], where: str) -> None:
@@ -185,16 +269,16 @@ def check_priors(spec: CompareSpec, frames: list[Any], where: str) -> None:
     from adni_pu.workflows.class_prior import check_estimable_counts, reads_no_prior
 
     readers = [m for m in spec.methods
-               if not reads_no_prior(m, piece_config(spec, Piece(m, 0, 0)).train.val_criterion)]
-    if not readers or not isinstance(spec.prior, str):
-        return
+               if not reads_no_prior(method_preset(m)[0],
+                                     piece_config(spec, Piece(m, 0, 0)).train.val_criterion)]
+    priors = {method_prior(spec, m) for m in readers}
     for k, frame in enumerate(frames):
         split = frame["split"].astype(str)
-        if spec.prior == "cohort" and not frame.loc[split == "train", "truth"].notna().any():
+        if "cohort" in priors and not frame.loc[split == "train", "truth"].notna().any():
             raise ConfigError(f"{where}: fold {k}: no training subject has a known truth, so "
                               f"the class prior of {', '.join(readers)} cannot come from the "
                               "cohort; give --prior a number or 'estimate'")
-        if spec.prior == "estimate":
+        if "estimate" in priors:
             val = frame[split == "val"]
             try:
                 check_estimable_counts(int((val["pu_label"] == 1).sum()),
@@ -242,8 +326,9 @@ def piece_config(spec: CompareSpec, piece: Piece) -> Any:
     ``--set`` overrides, then its prior and seed (values)."""
     from adni_pu.workflows.volume_settings import load_volume_config
 
-    values: dict[str, Any] = {"prior": spec.prior, "train": {"seed": piece.seed}}
-    return load_volume_config(spec.config_file, list(spec.overrides), preset=piece.method,
+    preset, own = method_preset(piece.method)
+    values: dict[str, Any] = {"prior": spec.prior, **own, "train": {"seed": piece.seed}}
+    return load_volume_config(spec.config_file, list(spec.overrides), preset=preset,
                               values=values)
 
 
@@ -261,11 +346,12 @@ def run_piece(spec: CompareSpec, piece: Piece, log: Any = None) -> dict[str, Any
             return done
         cfg = piece_config(spec, piece)
         tic = time.perf_counter()
-        fit = train_volumes(fold_manifest(out, piece.fold), cfg, where, log=log)
+        manifest = piece_manifest(spec, piece)
+        fit = train_volumes(manifest, cfg, where, log=log)
         seconds = time.perf_counter() - tic
         tic = time.perf_counter()
         info = json.loads((where / "run.json").read_text())
-        held = score_split(where, fold_manifest(out, piece.fold))
+        held = score_split(where, manifest)
         test_path = out / "folds" / TEST_MANIFEST
         test = score_split(where, test_path) if test_path.is_file() else None
         record = {"method": piece.method, "fold": piece.fold, "seed": piece.seed,
@@ -273,9 +359,21 @@ def run_piece(spec: CompareSpec, piece: Piece, log: Any = None) -> dict[str, Any
                   "selected_epoch": int(fit.best_epoch) + 1,
                   "selected_model": fit.best_candidate, "epochs": cfg.train.epochs,
                   "train_seconds": seconds, "score_seconds": time.perf_counter() - tic,
-                  "held_out": held, "independent_test": test}
+                  "splits": split_summary(manifest), "held_out": held,
+                  "independent_test": test}
         fileio.atomic_write_text(where / PIECE_FILE, json.dumps(record, indent=2) + "\n")
         return record
+
+
+def split_summary(manifest: Path) -> dict[str, Any]:
+    """What the piece's splits ask of a PU method (:func:`adni_pu.cohort.pu_summary` of
+    train, val and test): the labelled positives, class prior and hidden positives."""
+    from adni_pu.cohort import pu_summary
+    from adni_pu.workflows.run_folder import load_manifest
+
+    frame = load_manifest(manifest)
+    split = frame["split"].astype(str)
+    return {s: pu_summary(frame[split == s]) for s in ("train", "val", "test")}
 
 
 def score_split(run_dir: Path, manifest: Path) -> list[dict[str, Any]]:
@@ -361,7 +459,8 @@ def _layouts() -> tuple[Any, Any]:
         ("volume_features.csv", "the two measured volumes of the reference line")))
     pieces = tuple(outputs.Output(name, "benchmark cohort", what) for name, what in (
         (SETTINGS_FILE, "the manifest's content hash and the settings (the record)"),
-        ("folds/", "each fold's manifest (and the fixed test set's)"),
+        ("folds/", "each fold's manifest (and the fixed test set's), or with --holdout "
+                   "each seed's"),
         ("pieces/", "one run folder per method, fold and seed, with its piece.json"),
         ("predictions/", "raw scans preprocessed for the fold models' predictions")))
     return (outputs.Layout("benchmark cohort", "OUT", SETTINGS_FILE, pieces + tuple(

@@ -25,12 +25,22 @@ def render(report: dict[str, Any]) -> str:
     """``report.md``: pooled held-out metrics, paired differences, references, the prior
     per fold, calibration and the fixed test set."""
     s = report["settings"]
-    lines = ["# Which method on this cohort: cross-validated comparison", "",
-             f"Manifest `{report['manifest']}`; {s['folds']} folds by subject (stratified on "
-             f"the PU label), {s['seeds']} seed(s), methods {', '.join(s['methods'])}. Each "
-             "subject is scored once per seed by the fold model that held it out; each "
-             "fold's validation split (drawn from its training part) chose the epoch and "
-             "model, the held-out fold chose nothing.", ""]
+    if s.get("holdout") is not None:
+        lines = ["# Which method on this cohort: repeated hold-out comparison", "",
+                 f"Manifest `{report['manifest']}`; per seed its own split by subject "
+                 f"(stratified on the PU label and truth; the seed splits and trains): "
+                 f"{s['holdout']} subjects held out, {s['val_fraction'] or 0.15:.0%} of all "
+                 f"validating, the rest training; {s['seeds']} seed(s), methods "
+                 f"{', '.join(s['methods'])}. Each seed's held-out subjects are scored once "
+                 "by the model trained on its split; the validation split chose the epoch and "
+                 "model, the held-out subjects chose nothing.", ""]
+    else:
+        lines = ["# Which method on this cohort: cross-validated comparison", "",
+                 f"Manifest `{report['manifest']}`; {s['folds']} folds by subject (stratified "
+                 f"on the PU label), {s['seeds']} seed(s), methods {', '.join(s['methods'])}. "
+                 "Each subject is scored once per seed by the fold model that held it out; "
+                 "each fold's validation split (drawn from its training part) chose the epoch "
+                 "and model, the held-out fold chose nothing.", ""]
     if report["unfinished_pieces"]:
         lines += [f"**Incomplete:** {len(report['unfinished_pieces'])} pieces unfinished "
                   f"(e.g. {report['unfinished_pieces'][0]}); a method's seed counts only "
@@ -174,8 +184,10 @@ def records(spec: Any, report: dict[str, Any], frames: dict[str, Any]) -> dict[s
         out[method] = {
             "benchmark": "cohort-pu", "command": report.get("command", ""),
             "date": _dt.date.today().isoformat(), "machine": None,
-            "data": f"cohort {report['manifest']} ({spec.folds}-fold cross-validation, "
-                    "pooled held-out subjects)",
+            "data": f"cohort {report['manifest']} " + (
+                f"({spec.holdout} subjects held out per seed, each seed its own split)"
+                if spec.holdout is not None else
+                f"({spec.folds}-fold cross-validation, pooled held-out subjects)"),
             "accuracy_unit": "percent",
             "settings": {"method": method, "n_labelled": None, "scheme": None,
                          "prior": str(spec.prior), "val_fraction": None,

@@ -21,7 +21,7 @@ from adni_pu.workflows.compare.pieces import (
     read_piece,
 )
 
-PU_METHODS = ("upu", "nnpu", "selfpu", "vpu")
+PU_METHODS = ("upu", "nnpu", "selfpu", "vpu", "nnpu-estimated")
 
 
 def read_spec(out: Path) -> CompareSpec:
@@ -36,10 +36,12 @@ def read_spec(out: Path) -> CompareSpec:
 
 
 def default_pairs(methods: tuple[str, ...]) -> list[tuple[str, str]]:
-    """Every PU method against naive, then Self-PU against nnPU."""
+    """Every PU method against naive, then Self-PU against nnPU and nnPU with an estimated
+    prior against nnPU given it."""
     pairs = [(m, "naive") for m in methods if m in PU_METHODS and "naive" in methods]
-    if "selfpu" in methods and "nnpu" in methods:
-        pairs.append(("selfpu", "nnpu"))
+    for a in ("selfpu", "nnpu-estimated"):
+        if a in methods and "nnpu" in methods:
+            pairs.append((a, "nnpu"))
     return pairs
 
 
@@ -64,8 +66,20 @@ def collect(spec: CompareSpec) -> tuple[dict[str, Any], list[dict[str, Any]], li
                 rows += [{**p, "seed": seed, "fold": r["fold"]} for r in mine
                          for p in r["held_out"]]
         if rows:
-            frames[method] = pd.DataFrame(rows).astype({"truth": float})
+            frames[method] = with_probability(pd.DataFrame(rows).astype({"truth": float}))
     return frames, records, missing
+
+
+def with_probability(frame: Any) -> Any:
+    """``frame`` with ``probability`` = sigmoid(logit) where a row has none (records kept
+    without it: :mod:`benchmarks`' converted paper-scale pieces)."""
+    from adni_pu.pu.metrics import sigmoid
+
+    if "probability" not in frame:
+        frame["probability"] = float("nan")
+    missing = frame["probability"].isna()
+    frame.loc[missing, "probability"] = sigmoid(frame.loc[missing, "logit"].to_numpy(float))
+    return frame
 
 
 def build(spec: CompareSpec, pairs: list[tuple[str, str]] | None, n_boot: int
@@ -126,7 +140,7 @@ def references(spec: CompareSpec, frames: dict[str, Any], n_boot: int) -> dict[s
     import pandas as pd
 
     from adni_pu.errors import AdniPuError
-    from adni_pu.workflows.compare.pieces import fold_manifest
+    from adni_pu.workflows.compare.pieces import fold_manifest, seed_manifest
     from adni_pu.workflows.compare.references import (
         LOGISTIC,
         logistic_reference,
@@ -137,20 +151,29 @@ def references(spec: CompareSpec, frames: dict[str, Any], n_boot: int) -> dict[s
     truth = first[first["seed"] == first["seed"].min()]["truth"].dropna().to_numpy()
     out: dict[str, Any] = {"all-negative": {"accuracy": float((truth == 0).mean())},
                            "all-positive": {"accuracy": float((truth == 1).mean())}}
+    # K folds: one split of the subjects, the same in every seed; hold-out: a split per seed
+    splits = ([(s, [seed_manifest(Path(spec.out), s)]) for s in sorted(set(first["seed"]))]
+              if spec.holdout is not None else
+              [(int(first["seed"].min()), [fold_manifest(Path(spec.out), k)
+                                           for k in range(spec.folds)])])
     try:
-        folds = [pd.read_csv(fold_manifest(Path(spec.out), k), dtype={"subject_id": str})
-                 for k in range(spec.folds)]
+        manifests = {s: [pd.read_csv(p, dtype={"subject_id": str}) for p in paths]
+                     for s, paths in splits}
         cache = Path(spec.out) / "volume_features.csv"
-        paths = sorted(set(folds[0]["scan_path"].astype(str)))
+        paths = sorted(set(manifests[splits[0][0]][0]["scan_path"].astype(str)))
         features = pd.read_csv(cache) if cache.is_file() else None
         if features is None or sorted(features["scan_path"]) != paths:
             features = volume_features(paths)
             fileio.atomic_write_text(cache, features.to_csv(index=False))
-        logistic = pd.concat([logistic_reference(f, features) for f in folds])
-        logistic = logistic.merge(first[first["seed"] == first["seed"].min()][
-            ["subject_id", "pu_label"]], on="subject_id").assign(seed=0)
+        parts = []
+        for seed, folds in manifests.items():
+            part = pd.concat([logistic_reference(f, features) for f in folds])
+            parts.append(part.merge(first[first["seed"] == seed][["subject_id", "pu_label"]],
+                                    on="subject_id").assign(
+                seed=seed if spec.holdout is not None else 0))
+        logistic = pd.concat(parts)
         out[LOGISTIC] = {**scores.method_scores(logistic, n_boot), "predictions": logistic[
-            ["subject_id", "pu_label", "logit", "truth"]].to_dict("records")}
+            ["seed", "subject_id", "pu_label", "logit", "truth"]].to_dict("records")}
     except (AdniPuError, ValueError, OSError) as exc:
         out[LOGISTIC] = {"missing": " ".join(str(exc).split())}
     return out

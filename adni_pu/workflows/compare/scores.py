@@ -20,8 +20,10 @@ from adni_pu.pu.metrics import binary_metrics, paired_bootstrap, summarise
 #: The report's metrics (against the truth; the last two: the PU task's).
 METRICS: tuple[str, ...] = ("accuracy", "balanced_accuracy", "auc", "sensitivity",
                             "specificity", "hidden_positive_recall", "hidden_auc")
-#: The metrics of the paired differences.
-PAIRED_METRICS: tuple[str, ...] = ("accuracy", "balanced_accuracy", "auc")
+#: The metrics of the paired differences (the last: the PU task's, how many of the
+#: positives hidden in the unlabelled set each method finds).
+PAIRED_METRICS: tuple[str, ...] = ("accuracy", "balanced_accuracy", "auc",
+                                   "hidden_positive_recall")
 #: Bins of the reliability diagram and the expected calibration error.
 CALIBRATION_BINS = 10
 
