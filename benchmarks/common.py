@@ -13,8 +13,6 @@ import json
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -180,97 +178,6 @@ def git_describe(checkout: Path, abbrev: int | None = None) -> str:
     if abbrev is not None:
         cmd.append(f"--abbrev={abbrev}")
     return subprocess.run(cmd, capture_output=True, text=True).stdout.strip()
-
-
-# ----------------------------------------------------------------------------- cohort benchmarks
-
-
-def prepare_cohort(settings: Any, info: dict[str, Any]) -> dict[str, Any]:
-    """Generate (and preprocess, as ``settings.preprocessing`` says) a demo-style cohort in
-    ``settings.out``; both stages resume. Writes ``prepared.json``: ``info`` with the
-    preprocessing summary's path, its note and the seconds taken."""
-    from adni_pu.workflows.demo import generate_stage, preprocess_stage
-
-    settings.out.mkdir(parents=True, exist_ok=True)
-    tic = time.perf_counter()
-    synth = generate_stage(settings.out, settings, print)
-    summary, note = preprocess_stage(settings.out, synth, settings, print)
-    info = {**info, "summary": str(summary), "preprocessing": note,
-            "seconds": round(time.perf_counter() - tic, 1)}
-    write_json(settings.out / "prepared.json", info)
-    print(json.dumps(info, indent=2))
-    return info
-
-
-def add_prepare_options(parser: argparse.ArgumentParser, work: str, subjects: int) -> None:
-    """The options of a cohort benchmark's ``prepare`` step (the cohort, once)."""
-    parser.add_argument("--subjects", type=int, default=subjects)
-    parser.add_argument("--work", type=Path, default=Path(work), help="the cohort's folder")
-    parser.add_argument("--workers", type=int, default=2, help="preprocessing processes")
-    parser.add_argument("--cohort-seed", type=int, default=0, help="the generator's seed")
-
-
-def add_run_options(parser: argparse.ArgumentParser, methods: tuple[str, ...], work: str,
-                    epochs: int, threads: int) -> None:
-    """The options of a cohort benchmark's ``run`` step (one method, one seed)."""
-    parser.add_argument("--work", type=Path, default=Path(work), help="the prepared cohort")
-    parser.add_argument("--method", choices=methods, required=True)
-    parser.add_argument("--seed", type=int, default=0, help="split seed = training seed")
-    parser.add_argument("--epochs", type=int, default=epochs)
-    parser.add_argument("--threads", type=int, default=threads, help="torch threads")
-    parser.add_argument("--set", action="append", default=[], help="extra setting override")
-    parser.add_argument("--machine", default="2-core CPU VM, no GPU")
-
-
-def when_free(write: Callable[[], Any], wait_s: float = 600.0, every_s: float = 2.0) -> Any:
-    """``write()``, waited for while another process holds its output folder: two pieces of
-    one seed build the same cohort folder (the same files: labels and split are a function
-    of the seed), and the second to start waits for the first instead of failing. Gives up
-    with the lock's own error after ``wait_s``."""
-    from adni_pu.errors import OutputLockedError
-
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            return write()
-        except OutputLockedError:
-            if time.monotonic() >= deadline:
-                raise
-            time.sleep(every_s)
-
-
-def train_on_split(args: argparse.Namespace, log: Callable[[str], None] = lambda m: None,
-                   preset: str | None = None, **fractions: float) -> dict[str, Any]:
-    """Train ``args.method`` on seed ``args.seed``'s subject-level split of the cohort
-    prepared in ``args.work`` (test and validation ``fractions`` as
-    :func:`~adni_pu.workflows.demo.cohort_stage` takes them), with the demo's settings and
-    ``args.set``, and score the held-out subjects once. ``preset``: the training preset
-    when it is not the method's name (the run folder keeps the method's name). Returns the
-    cohort, the prepared record (``info``), the prior and its note, the settings, the run
-    folder, the run's record and its pooled metrics."""
-    import pandas as pd
-    import torch
-
-    from adni_pu.workflows.crossval import pooled_metrics
-    from adni_pu.workflows.demo import cohort_stage, train_method
-    from adni_pu.workflows.demo_policy import demo_prior, method_settings
-
-    torch.set_num_threads(args.threads)
-    work = args.work
-    info = json.loads((work / "prepared.json").read_text())
-    cohort, manifest = when_free(lambda: cohort_stage(
-        work / f"cohort-seed{args.seed}", work / "synth", Path(info["summary"]), args.seed,
-        print, **fractions))
-    extra, prior_note, prior = demo_prior(cohort.manifest)
-    settings = method_settings(args.epochs, args.seed, args.threads, work / "cache", extra)
-    run_dir = work / "runs" / f"{args.method}-seed{args.seed}"
-    record = train_method(manifest, preset or args.method, run_dir, settings, log,
-                          overrides=args.set)
-    # the per-subject test predictions stay in the record, so that tables can pair methods
-    # over subjects and seeds
-    pooled = pooled_metrics(pd.DataFrame(record["predictions"]), n_boot=1000)
-    return {"cohort": cohort, "info": info, "prior": prior, "prior_note": prior_note,
-            "settings": settings, "run_dir": run_dir, "record": record, "pooled": pooled}
 
 
 def mean_std_cell(values: list[float]) -> str:
