@@ -104,7 +104,8 @@ def seed_table(records: dict, metric: str, methods: list[str], refs: list[str]) 
             values[m].append(entry["value"] if entry else float("nan"))
         for name in extra:
             if metric == "accuracy":  # a share of the subjects: no CI
-                entry = {"value": first.get(dict(REFERENCE_ACCURACY)[name])}
+                value = first.get(dict(REFERENCE_ACCURACY)[name])
+                entry = None if value is None else {"value": value}
             else:
                 entry = rec["references"][name]["pooled"]["metrics"].get(metric)
             cells.append(_ci(entry) if entry else "-")
