@@ -181,18 +181,35 @@ def paired_bootstrap(sizes: list[int], statistic: Callable[[list[tuple[int, np.n
     statistic is nan (e.g. one class only) are left out. Returns ``value, ci_low, ci_high``
     and the share of resamples above 0.
     """
+    return paired_bootstrap_many(sizes, lambda picks: {"": statistic(picks)}, n_boot, seed,
+                                 level)[""]
+
+
+def paired_bootstrap_many(sizes: list[int],
+                          statistics: Callable[[list[tuple[int, np.ndarray]]], dict[str, float]],
+                          n_boot: int = 1000, seed: int = 0, level: float = 0.95
+                          ) -> dict[str, dict[str, float]]:
+    """:func:`paired_bootstrap` of several statistics on the same draws at once
+    (``statistics`` returns a value per name): each name's result equals a
+    :func:`paired_bootstrap` of that statistic alone, since the draws depend on the seed
+    only, and a draw's shared work (e.g. every metric of one prediction set) is done once."""
     rng = np.random.default_rng(seed)
     samples = []
     for _ in range(n_boot):
         drawn = rng.integers(0, len(sizes), len(sizes))
-        samples.append(statistic([(int(g), rng.integers(0, sizes[g], sizes[g])) for g in drawn]))
-    arr = np.asarray(samples, dtype=np.float64)
-    arr = arr[~np.isnan(arr)]
+        samples.append(statistics([(int(g), rng.integers(0, sizes[g], sizes[g]))
+                                   for g in drawn]))
+    point = statistics([(g, np.arange(n)) for g, n in enumerate(sizes)])
     lo, hi = (1 - level) / 2 * 100, (1 + level) / 2 * 100
-    return {"value": float(statistic([(g, np.arange(n)) for g, n in enumerate(sizes)])),
-            "ci_low": float(np.percentile(arr, lo)) if arr.size else float("nan"),
-            "ci_high": float(np.percentile(arr, hi)) if arr.size else float("nan"),
-            "share_a_better": float((arr > 0).mean()) if arr.size else float("nan")}
+    out = {}
+    for name, value in point.items():
+        arr = np.asarray([s[name] for s in samples], dtype=np.float64)
+        arr = arr[~np.isnan(arr)]
+        out[name] = {"value": float(value),
+                     "ci_low": float(np.percentile(arr, lo)) if arr.size else float("nan"),
+                     "ci_high": float(np.percentile(arr, hi)) if arr.size else float("nan"),
+                     "share_a_better": float((arr > 0).mean()) if arr.size else float("nan")}
+    return out
 
 
 def summarise(values: list[float]) -> dict[str, float]:

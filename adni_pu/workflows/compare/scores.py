@@ -93,8 +93,7 @@ def paired_scores(frames: dict[str, Any], pairs: list[tuple[str, str]], n_boot: 
         seeds = sorted(set(frames[a]["seed"]) & set(frames[b]["seed"]))
         fa, fb = (frames[m][frames[m]["seed"].isin(seeds)] for m in (a, b))
         out.append({"pair": f"{a} - {b}", "a": a, "b": b, "seeds": seeds,
-                    "metrics": {m: paired_difference(fa, fb, n_boot=n_boot, metric=m)
-                                for m in PAIRED_METRICS}})
+                    "metrics": paired_differences(fa, fb, PAIRED_METRICS, n_boot=n_boot)})
     return out
 
 
@@ -145,7 +144,15 @@ def paired_difference(a: Any, b: Any, n_boot: int = 1000, seed: int = 0,
     the mean over seeds of the per-seed AUC difference. Returns ``value, ci_low, ci_high``,
     the share of resamples where ``a`` is better, and the counts.
     """
-    from adni_pu.pu.metrics import binary_metrics, paired_bootstrap
+    return paired_differences(a, b, (metric,), n_boot, seed, level)[metric]
+
+
+def paired_differences(a: Any, b: Any, metrics: tuple[str, ...], n_boot: int = 1000,
+                       seed: int = 0, level: float = 0.95) -> dict[str, dict[str, Any]]:
+    """:func:`paired_difference` of several metrics from one bootstrap (each metric's
+    result equals its own :func:`paired_difference`: the draws depend on ``seed`` only),
+    so every draw's metrics are computed once."""
+    from adni_pu.pu.metrics import binary_metrics, paired_bootstrap_many
 
     keys = ["seed", "subject_id"]
     a = a.assign(seed=a.get("seed", 0))
@@ -163,16 +170,18 @@ def paired_difference(a: Any, b: Any, n_boot: int = 1000, seed: int = 0,
                g["truth"].to_numpy(float), g["pu_label"].to_numpy(float))
               for _, g in both.groupby("seed", sort=True)]
 
-    def diff(picks: list[tuple[int, np.ndarray]]) -> float:
-        values = []
+    def diff(picks: list[tuple[int, np.ndarray]]) -> dict[str, float]:
+        values: dict[str, list[float]] = {m: [] for m in metrics}
         for g, idx in picks:
             la, lb, truth, pu = (arr[idx] for arr in groups[g])
             pu = pu if extra else None
-            values.append(binary_metrics(la, truth, pu)[metric]
-                          - binary_metrics(lb, truth, pu)[metric])
-        values = [v for v in values if not np.isnan(v)]  # a resample with one class only
-        return float(np.mean(values)) if values else float("nan")
+            ma, mb = binary_metrics(la, truth, pu), binary_metrics(lb, truth, pu)
+            for m in metrics:
+                values[m].append(ma[m] - mb[m])
+        # a resample with one class only gives nan: left out of the mean over seeds
+        kept = {m: [v for v in vs if not np.isnan(v)] for m, vs in values.items()}
+        return {m: float(np.mean(vs)) if vs else float("nan") for m, vs in kept.items()}
 
-    out = paired_bootstrap([len(g[2]) for g in groups], diff, n_boot, seed, level)
-    return {**out, "metric": metric,
-            "n_subjects": int(len(both)), "n_seeds": len(groups), "resamples": n_boot}
+    out = paired_bootstrap_many([len(g[2]) for g in groups], diff, n_boot, seed, level)
+    return {m: {**out[m], "metric": m, "n_subjects": int(len(both)), "n_seeds": len(groups),
+                "resamples": n_boot} for m in metrics}
