@@ -408,3 +408,33 @@ def test_holdout_comparison_end_to_end(tmp_path):
     assert "repeated hold-out" in (out / "report.md").read_text()
     record = json.loads((out / "records/naive.json").read_text())
     assert [r["seed"] for r in record["per_seed"]] == [5, 6]
+
+
+def test_pairs_sharing_one_bootstrap_equal_each_pair_alone():
+    """paired_scores draws once for every pair over the same seeds; each pair's numbers
+    must equal its own paired_difference, whatever the row order of the frames."""
+    import numpy as np
+    import pandas as pd
+
+    from adni_pu.workflows.compare.scores import PAIRED_METRICS, paired_difference, paired_scores
+
+    rng = np.random.default_rng(1)
+    rows = []
+    for seed in range(3):
+        truth = rng.integers(0, 2, 30).astype(float)
+        truth[:3] = np.nan
+        rows.append(pd.DataFrame({
+            "seed": seed, "subject_id": [f"s{i}" for i in rng.permutation(30)],
+            "truth": truth, "pu_label": ((truth == 1) & (rng.random(30) < 0.4)).astype(int),
+            "x": rng.normal(size=30) + truth, "y": rng.normal(size=30),
+            "z": rng.normal(size=30) + 0.5 * truth}))
+    table = pd.concat(rows)
+    frames = {m: table.rename(columns={m: "logit"})[
+        ["seed", "subject_id", "truth", "pu_label", "logit"]].sample(frac=1, random_state=k)
+        for k, m in enumerate("xyz")}
+    shared = paired_scores(frames, [("x", "y"), ("z", "y"), ("x", "z")], 200)
+    for d in shared:
+        for metric in PAIRED_METRICS:
+            alone = paired_difference(frames[d["a"]], frames[d["b"]], n_boot=200,
+                                      metric=metric)
+            assert d["metrics"][metric] == alone, (d["pair"], metric)

@@ -85,16 +85,21 @@ def _mean(values: list[float]) -> float:
 def paired_scores(frames: dict[str, Any], pairs: list[tuple[str, str]], n_boot: int
                   ) -> list[dict[str, Any]]:
     """Each pair's differences (A minus B) of :data:`PAIRED_METRICS`, paired over seeds
-    and subjects."""
-    out = []
-    for a, b in pairs:
-        if a not in frames or b not in frames:
-            continue
-        seeds = sorted(set(frames[a]["seed"]) & set(frames[b]["seed"]))
-        fa, fb = (frames[m][frames[m]["seed"].isin(seeds)] for m in (a, b))
-        out.append({"pair": f"{a} - {b}", "a": a, "b": b, "seeds": seeds,
-                    "metrics": paired_differences(fa, fb, PAIRED_METRICS, n_boot=n_boot)})
-    return out
+    and subjects; pairs over the same seeds share one bootstrap (:func:`paired_comparisons`)."""
+    todo = [(a, b) for a, b in pairs if a in frames and b in frames]
+    by_seeds: dict[tuple[int, ...], list[tuple[str, str]]] = {}
+    for a, b in todo:
+        seeds = tuple(sorted(set(frames[a]["seed"]) & set(frames[b]["seed"])))
+        by_seeds.setdefault(seeds, []).append((a, b))
+    results: dict[tuple[str, str], dict[str, Any]] = {}
+    for seeds, group in by_seeds.items():
+        names = list(dict.fromkeys(m for pair in group for m in pair))
+        results.update(paired_comparisons(
+            {m: frames[m][frames[m]["seed"].isin(seeds)] for m in names}, group,
+            PAIRED_METRICS, n_boot=n_boot))
+    return [{"pair": f"{a} - {b}", "a": a, "b": b,
+             "seeds": sorted(set(frames[a]["seed"]) & set(frames[b]["seed"])),
+             "metrics": results[(a, b)]} for a, b in todo]
 
 
 def calibration(probability: np.ndarray, truth: np.ndarray, bins: int = CALIBRATION_BINS
@@ -152,36 +157,54 @@ def paired_differences(a: Any, b: Any, metrics: tuple[str, ...], n_boot: int = 1
     """:func:`paired_difference` of several metrics from one bootstrap (each metric's
     result equals its own :func:`paired_difference`: the draws depend on ``seed`` only),
     so every draw's metrics are computed once."""
+    return paired_comparisons({"a": a, "b": b}, [("a", "b")], metrics, n_boot, seed,
+                              level)[("a", "b")]
+
+
+def paired_comparisons(frames: dict[str, Any], pairs: list[tuple[str, str]],
+                       metrics: tuple[str, ...], n_boot: int = 1000, seed: int = 0,
+                       level: float = 0.95) -> dict[tuple[str, str], dict[str, Any]]:
+    """Paired differences of several methods scored on the same subjects and seeds, every
+    pair from one bootstrap: each (pair, metric) equals its own :func:`paired_difference`
+    (the draws depend on ``seed`` and the subjects per seed only), and a draw's metrics of
+    a method are computed once however many pairs it is in. The PU labels (for the PU
+    metrics) are the first method's, where its frame has them."""
     from adni_pu.pu.metrics import binary_metrics, paired_bootstrap_many
 
     keys = ["seed", "subject_id"]
-    a = a.assign(seed=a.get("seed", 0))
-    b = b.assign(seed=b.get("seed", 0))
-    extra = ["pu_label"] if "pu_label" in a else []
-    both = a[keys + ["logit", "truth"] + extra].merge(
-        b[keys + ["logit"]], on=keys, how="outer", suffixes=("_a", "_b"), indicator=True)
-    if (both["_merge"] != "both").any():
-        odd = both.loc[both["_merge"] != "both", "subject_id"].iloc[0]
-        raise ValueError(f"paired difference: subject {odd} is scored by one method only")
-    both = both[both["truth"].notna()]
+    names = list(frames)
+    first = frames[names[0]].assign(seed=frames[names[0]].get("seed", 0))
+    extra = ["pu_label"] if "pu_label" in first else []
+    both = first[keys + ["logit", "truth"] + extra].rename(columns={"logit": names[0]})
+    for name in names[1:]:
+        other = frames[name].assign(seed=frames[name].get("seed", 0))
+        both = both.merge(other[keys + ["logit"]].rename(columns={"logit": name}), on=keys,
+                          how="outer", indicator=True)
+        if (both["_merge"] != "both").any():
+            odd = both.loc[both["_merge"] != "both", "subject_id"].iloc[0]
+            raise ValueError(f"paired difference: subject {odd} is scored by one method only")
+        both = both.drop(columns="_merge")
+    both = both[both["truth"].notna()].sort_values(keys)
     if not extra:
         both = both.assign(pu_label=np.nan)
-    groups = [(g["logit_a"].to_numpy(float), g["logit_b"].to_numpy(float),
-               g["truth"].to_numpy(float), g["pu_label"].to_numpy(float))
-              for _, g in both.groupby("seed", sort=True)]
+    groups = [({m: g[m].to_numpy(float) for m in names}, g["truth"].to_numpy(float),
+               g["pu_label"].to_numpy(float)) for _, g in both.groupby("seed", sort=True)]
+    used = list(dict.fromkeys(m for pair in pairs for m in pair))
 
     def diff(picks: list[tuple[int, np.ndarray]]) -> dict[str, float]:
-        values: dict[str, list[float]] = {m: [] for m in metrics}
+        values: dict[str, list[float]] = {f"{a}|{b}|{k}": [] for a, b in pairs for k in metrics}
         for g, idx in picks:
-            la, lb, truth, pu = (arr[idx] for arr in groups[g])
-            pu = pu if extra else None
-            ma, mb = binary_metrics(la, truth, pu), binary_metrics(lb, truth, pu)
-            for m in metrics:
-                values[m].append(ma[m] - mb[m])
+            logits, truth, pu = groups[g]
+            pu_drawn = pu[idx] if extra else None
+            scores = {m: binary_metrics(logits[m][idx], truth[idx], pu_drawn) for m in used}
+            for a, b in pairs:
+                for k in metrics:
+                    values[f"{a}|{b}|{k}"].append(scores[a][k] - scores[b][k])
         # a resample with one class only gives nan: left out of the mean over seeds
-        kept = {m: [v for v in vs if not np.isnan(v)] for m, vs in values.items()}
-        return {m: float(np.mean(vs)) if vs else float("nan") for m, vs in kept.items()}
+        kept = {key: [v for v in vs if not np.isnan(v)] for key, vs in values.items()}
+        return {key: float(np.mean(vs)) if vs else float("nan") for key, vs in kept.items()}
 
-    out = paired_bootstrap_many([len(g[2]) for g in groups], diff, n_boot, seed, level)
-    return {m: {**out[m], "metric": m, "n_subjects": int(len(both)), "n_seeds": len(groups),
-                "resamples": n_boot} for m in metrics}
+    out = paired_bootstrap_many([len(g[1]) for g in groups], diff, n_boot, seed, level)
+    return {(a, b): {k: {**out[f"{a}|{b}|{k}"], "metric": k, "n_subjects": int(len(both)),
+                         "n_seeds": len(groups), "resamples": n_boot} for k in metrics}
+            for a, b in pairs}
