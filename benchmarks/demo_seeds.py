@@ -142,17 +142,6 @@ def _walls(data: dict) -> str:
     return f"{min(walls):.1f}-{max(walls):.1f} min" if len(walls) > 1 else f"{walls[0]:.1f} min"
 
 
-def _overheads(seeds: list[dict]) -> str:
-    """The comparison's own time beyond its pieces, as the table block states it."""
-    if not all("overhead_s" in s for s in seeds):
-        return ""
-    shares = [100 * s["overhead_share"] for s in seeds]
-    secs = [s["overhead_s"] for s in seeds]
-    return (f" The comparison's own time beyond its pieces' training and scoring: "
-            f"{min(secs):.1f}-{max(secs):.1f} s, {min(shares):.1f}-{max(shares):.1f} % of "
-            "the pieces' time.")
-
-
 def render_blocks(data: dict) -> dict[str, str]:
     """The demo's numbers as the README and docs/results.md show them, from the committed
     ``demo-seeds.json`` (so the pages can only show what that file holds)."""
@@ -193,7 +182,7 @@ def render_blocks(data: dict) -> dict[str, str]:
              "folds pooled, mean (std) over the seeds.\n\n" + "\n".join(rows)
              + f"\n\nPaired over the seeds ({n} subject-seeds, paired bootstrap): "
              + "; ".join(paired) + f". Wall time per run: {_walls(data)}"
-             + (f" ({data['load']})" if data.get("load") else "") + "." + _overheads(seeds))
+             + (f" ({data['load']})" if data.get("load") else "") + ".")
     return {"readme": readme, "table": table}
 
 
@@ -279,9 +268,10 @@ def main() -> None:
              "`adni-pu demo --out runs/demo-seed<N> --seed <N>` (the README's command with a "
              f"seed). Wall time: {walls}." + (f" Load average while measuring: {args.load}."
                                               if args.load else ""),
-             "", "The comparison's own time (its stage's wall time minus the time its pieces "
-             "trained and scored: checks, fold manifests, the report with its bootstrap, "
-             f"reference line and plots) against the pieces' time: {overheads}.", ""]
+             "", "The comparison's own time in each run (its stage's wall time minus the time "
+             "its pieces trained and scored: checks, fold manifests, the report with its "
+             f"bootstrap, reference line and plots) against the pieces' time: {overheads}; "
+             "what the current code takes: `benchmarks/comparison_overhead.py`.", ""]
     for metric, heading in TABLES:
         lines += [f"## {heading}", "", *seed_table(records, metric, methods, refs), ""]
     lines += ["## Paired differences", "",
