@@ -107,7 +107,7 @@ def test_demo_seeds_table_has_mean_row_and_paired_rows_with_the_reference(
     assert [s["wall_s"] for s in record["seeds"]] == [510.0, 120.0]  # /usr/bin/time, then total
     assert "Wall time: seed 0 8.5 min, seed 1 2.0 min." in table
     # the comparison's own time beyond its pieces (80 s of training and scoring)
-    assert "pieces' time: seed 0 2.0 s (2.5 %), seed 1 3.0 s (3.8 %)." in table
+    assert "pieces' time: seed 0 2.0 s (2.5 %), seed 1 3.0 s (3.8 %); what" in table
     assert [s["overhead_share"] for s in record["seeds"]] == [0.025, 0.0375]
     # the AUC table: a row per seed, then the mean (std) of methods and reference lines
     assert ("| mean (std) | | 0.750 (0.000) | 0.750 (0.000) | 1.000 (0.000) | 1.000 (0.000) "
