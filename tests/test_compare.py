@@ -408,6 +408,10 @@ def test_holdout_comparison_end_to_end(tmp_path):
     assert "repeated hold-out" in (out / "report.md").read_text()
     record = json.loads((out / "records/naive.json").read_text())
     assert [r["seed"] for r in record["per_seed"]] == [5, 6]
+    # evaluate / interpret name a hold-out piece by its method and seed (its one fold)
+    from adni_pu.workflows.compare.ensemble import resolve_run
+
+    assert resolve_run(out, "naive", None, 6) == out / "pieces/naive/fold-0/seed-6"
 
 
 def test_pairs_sharing_one_bootstrap_equal_each_pair_alone():

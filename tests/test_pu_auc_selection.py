@@ -236,18 +236,21 @@ def test_the_report_names_the_criterion_from_the_settings_or_refuses_a_broken_re
         run_selection(tmp_path, train)
 
 
-def test_demo_training_step_takes_pu_auc_as_an_override(volume_cohort, tmp_path, scripted):
+def test_a_comparison_piece_takes_pu_auc_as_an_override(volume_cohort, tmp_path, scripted):
+    """The demo's training step is a piece of the comparison: ``--set
+    train.val_criterion="pu_auc"`` reaches it, and the piece records the epoch it chose."""
     from volume_helpers import tiny_overrides
 
-    from adni_pu.workflows.demo import train_method
+    from adni_pu.workflows.compare.pieces import CompareSpec, Piece, piece_dir, prepare, run_piece
 
     manifest, cache = volume_cohort
-    record = train_method(manifest, "naive", tmp_path / "run", {},
-                          overrides=[*tiny_overrides(3, cache), 'train.val_criterion="pu_auc"'])
-    assert record["best_epoch"] == PICKED_BY_AUC + 1  # the demo counts epochs from 1
-    assert_selected_by_pu_auc(tmp_path / "run")
-    report = (tmp_path / "run" / "evaluation" / "test" / "report.md").read_text()
-    assert "Chosen on the validation split by `pu_auc`" in report
+    spec = CompareSpec(manifest=str(manifest), out=str(tmp_path / "compare"), methods=("naive",),
+                       folds=2, overrides=(*tiny_overrides(3, cache),
+                                           'train.val_criterion="pu_auc"'))
+    prepare(spec)
+    record = run_piece(spec, Piece("naive", 0, 0))
+    assert record["selected_epoch"] == PICKED_BY_AUC + 1  # counted from 1
+    assert_selected_by_pu_auc(piece_dir(tmp_path / "compare", Piece("naive", 0, 0)))
 
 
 # ------------------------------------------------------------------- distributed (gloo)

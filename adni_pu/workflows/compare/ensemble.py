@@ -25,7 +25,7 @@ def resolve_run(folder: Path, method: str | None, fold: int | None, seed: int | 
                 ) -> Path:
     """The run folder a command acts on: ``folder`` itself (a run folder, no options), or
     the piece ``method``/``fold``/``seed`` of a comparison folder (``seed`` may be left out
-    with one seed)."""
+    with one seed, ``fold`` in a hold-out comparison, whose one fold is each seed's split)."""
     from adni_pu.workflows.compare.report import read_spec
 
     folder = Path(folder)
@@ -35,6 +35,8 @@ def resolve_run(folder: Path, method: str | None, fold: int | None, seed: int | 
                               f"folder of `adni-pu benchmark cohort` ({SETTINGS_FILE} missing)")
         return folder
     spec = read_spec(folder)
+    if fold is None and spec.folds == 1:  # a hold-out comparison: a seed's split is its fold
+        fold = 0
     if method is None or fold is None:
         raise ConfigError(f"{folder}: a comparison folder: name the piece with the method "
                           f"({', '.join(spec.methods)}) and --fold (0 to {spec.folds - 1})")

@@ -44,7 +44,8 @@ def render(report: dict[str, Any]) -> str:
     if report["unfinished_pieces"]:
         lines += [f"**Incomplete:** {len(report['unfinished_pieces'])} pieces unfinished "
                   f"(e.g. {report['unfinished_pieces'][0]}); a method's seed counts only "
-                  "when all its folds are done.", ""]
+                  + ("when its piece is done." if s.get("holdout") is not None else
+                     "when all its folds are done."), ""]
     if not report["has_truth"]:
         lines += ["The manifest has no truth (`truth` column empty): the metrics, paired "
                   "differences and calibration need one and are not given.", ""]
