@@ -77,6 +77,7 @@ def test_the_demo_trains_its_pu_methods_with_the_estimates(tmp_path):
         "--threads", "1", "--workers", "1", "--preprocessing", "ideal", "--prior", "estimate"])
     assert result.exit_code == 0, result.output
     assert "nnpu after a prior estimate each" in result.output
+    assert "epoch 4/4" in result.output  # 2 runs and their 2 estimates, one epoch each
     record = json.loads((out / "demo.json").read_text())
     assert record["settings"]["prior"] == "estimate"
     report = (out / "report.md").read_text()

@@ -398,8 +398,8 @@ def comparison_stage(spec: Any, settings: DemoSettings, log: Callable[[str], Non
         if msg.startswith("piece ") and ": " in msg:
             method, fold, _ = msg.split(": ", 1)[1].split("/")
             where[0] = f"{method} fold {int(fold.removeprefix('fold-')) + 1}/{settings.folds}"
-        elif msg.startswith("epoch "):
-            progress.step(f"({where[0]}, {msg.removeprefix('epoch ')})")
+        elif msg.startswith(("epoch ", "prior classifier: epoch ")):  # a run's or its estimate's
+            progress.step(f"({where[0]}, {msg.replace('epoch ', '', 1)})")
         else:
             log(f"      {where[0]}: {msg}")
 
