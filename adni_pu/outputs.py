@@ -48,12 +48,13 @@ class Layout:
         return ", ".join(o.name for o in self.names)
 
 
-def _layout(command: str, folder: str, record: str, *names: tuple[str, str]) -> Layout:
+def layout(command: str, folder: str, record: str, *names: tuple[str, str]) -> Layout:
+    """A command's layout from ``(name, what)`` pairs, every name written by ``command``."""
     return Layout(command, folder, record, tuple(Output(n, command, w) for n, w in names))
 
 
 #: ``adni-pu interpret RUN [--out OUT]`` (default OUT: RUN/interpret-<split>-<method>/).
-INTERPRET = _layout(
+INTERPRET = layout(
     "interpret", "OUT", "interpret.json",
     ("maps/", "one map per scan, sub-<s>_ses-<t>_<method>.nii.gz"),
     ("randomised/", "the sanity subjects' maps from the re-initialised network"),
@@ -69,7 +70,7 @@ INTERPRET = _layout(
 
 #: ``adni-pu evaluate RUN [--out OUT]`` (default: RUN/evaluation/<split>/ for the run's own
 #: manifest, RUN/evaluation/<manifest-stem>-<sha256[:8]>/<split>/ for another one).
-EVALUATE = _layout(
+EVALUATE = layout(
     "evaluate", "OUT", "metrics.json",
     ("metrics.json", "metrics with 95 % CIs (the record)"),
     ("predictions_scans.csv", "per-scan probabilities"),
@@ -78,25 +79,25 @@ EVALUATE = _layout(
     ("report.md", "the evaluation report"))
 
 #: ``adni-pu prior MANIFEST OUT``.
-PRIOR = _layout(
+PRIOR = layout(
     "prior", "OUT", "prior_estimate.json",
     ("prior_estimate/", "the P-vs-U classifier's run folder (resumable)"),
     ("prior_estimate.json", "the estimate, its CI and the inputs' hashes (the record)"))
 
 #: ``adni-pu predict RUN SCAN... --out FILE``: one CSV, recognised by its header.
-PREDICT = _layout(
+PREDICT = layout(
     "predict", "FILE", "FILE",
     ("FILE", "the predictions table (CSV with the header of PREDICTION_COLUMNS)"),
     ("RUN/predictions/preprocessed/", "raw scans preprocessed for the model (--work-dir)"))
 
 #: ``adni-pu benchmark table FOLDER [--out STEM]`` (default STEM: FOLDER-table beside it).
-BENCHMARK_TABLE = _layout(
+BENCHMARK_TABLE = layout(
     "benchmark table", "STEM", "STEM.json",
     ("STEM.md", "the Markdown tables"),
     ("STEM.json", "the rows, paired differences and provenance (the record)"))
 
 #: ``adni-pu benchmark DATASET --out OUT``: one training run folder per seed.
-BENCHMARK = _layout(
+BENCHMARK = layout(
     "benchmark", "OUT", "results.json",
     ("seed<N>/", "one run folder per seed (the run folder's layout)"),
     ("results.json", "per-seed and summary results (the record)"),

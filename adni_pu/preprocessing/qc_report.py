@@ -56,13 +56,13 @@ MERGED_RATINGS = "qc_ratings_merged.tsv"
 DISAGREEMENTS = "qc_disagreements.tsv"
 #: ``adni-pu qc OUTPUT``: every name it writes (the registry,
 #: :mod:`adni_pu.workflows.output_registry`).
-LAYOUT = outputs.Layout("qc", "OUTPUT", f"{REPORT_DIR}/{REPORT_NAME}", tuple(
-    outputs.Output(name, "qc", what) for name, what in (
-        (f"{REPORT_DIR}/{REPORT_NAME}", "the QC report page"),
-        (f"{REPORT_DIR}/{MERGED_RATINGS}", "two raters' merged ratings (--merge)"),
-        (f"{REPORT_DIR}/{MERGED_RATINGS}.*.bak", "an earlier merged file, kept"),
-        (f"{REPORT_DIR}/{DISAGREEMENTS}", "where the raters disagree (--merge)"),
-        (CONTACT_SHEET, "the PNG contact sheet (--sheet)"))))
+LAYOUT = outputs.layout(
+    "qc", "OUTPUT", f"{REPORT_DIR}/{REPORT_NAME}",
+    (f"{REPORT_DIR}/{REPORT_NAME}", "the QC report page"),
+    (f"{REPORT_DIR}/{MERGED_RATINGS}", "two raters' merged ratings (--merge)"),
+    (f"{REPORT_DIR}/{MERGED_RATINGS}.*.bak", "an earlier merged file, kept"),
+    (f"{REPORT_DIR}/{DISAGREEMENTS}", "where the raters disagree (--merge)"),
+    (CONTACT_SHEET, "the PNG contact sheet (--sheet)"))
 
 #: Metrics shown, in this order (others a sidecar holds follow), with the QCSettings limits
 #: that refuse a scan: metric -> (setting of the lower limit, setting of the upper limit).

@@ -63,16 +63,16 @@ AMYLOID_COLUMNS: tuple[str, ...] = (
     "WHOLECEREBELLUM_SUVR", "COMPOSITE_REF_SUVR", "update_stamp")
 #: ``adni-pu synth DIR``: every name it writes, for both layouts (the registry,
 #: :mod:`adni_pu.workflows.output_registry`); all of them or none (:mod:`.target`).
-LAYOUT = outputs.Layout("synth", "DIR", "synth/", tuple(
-    outputs.Output(name, "synth", what) for name, what in (
-        ("ADNI/", "--layout adni: the image folders"),
-        ("ADNIMERGE.csv", "--layout adni: the clinical table"),
-        ("UCBERKELEY_AMY_6MM_*.csv", "the amyloid PET table"),
-        ("synth/", "--layout adni: what the generator knows"),
-        ("bids/", "--layout bids: BIDS raw data"),
-        ("clinical/", "--layout bids: the clinical table"),
-        ("truth.csv", "--layout bids: per subject, the truth"),
-        ("truth_scans.csv", "--layout bids: per scan, the truth"))))
+LAYOUT = outputs.layout(
+    "synth", "DIR", "synth/",
+    ("ADNI/", "--layout adni: the image folders"),
+    ("ADNIMERGE.csv", "--layout adni: the clinical table"),
+    ("UCBERKELEY_AMY_6MM_*.csv", "the amyloid PET table"),
+    ("synth/", "--layout adni: what the generator knows"),
+    ("bids/", "--layout bids: BIDS raw data"),
+    ("clinical/", "--layout bids: the clinical table"),
+    ("truth.csv", "--layout bids: per subject, the truth"),
+    ("truth_scans.csv", "--layout bids: per scan, the truth"))
 
 #: ADNIMERGE's columns, in its order, of those written.
 CLINICAL_COLUMNS: tuple[str, ...] = (

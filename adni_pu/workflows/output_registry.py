@@ -23,17 +23,17 @@ from adni_pu.workflows.run_folder import LAYOUTS as RUN_FOLDER_LAYOUTS
 
 #: ``adni-pu demo --out OUT``: one folder per stage (:mod:`adni_pu.workflows.demo`), each
 #: written by the library of its stage, and the report.
-DEMO = outputs.Layout("demo", "OUT", "demo.json", tuple(
-    outputs.Output(name, "demo", what) for name, what in (
-        ("synth/", "the synthetic cohort (adni_pu.synth)"),
-        ("preprocessed/", "the preprocessing output (preprocess's layout)"),
-        ("cohort/", "the cohort (cohort build's layout)"),
-        ("demo_training.toml", "the demo budget: the comparison's settings file"),
-        ("comparison/", "the comparison of methods (benchmark cohort's layout)"),
-        ("cache/", "the data pipeline's disk cache"),
-        ("roc.png", "the held-out subjects' ROC curves"),
-        ("report.md", "the demo's report"),
-        ("demo.json", "the results, settings and timings (the record)"))))
+DEMO = outputs.layout(
+    "demo", "OUT", "demo.json",
+    ("synth/", "the synthetic cohort (adni_pu.synth)"),
+    ("preprocessed/", "the preprocessing output (preprocess's layout)"),
+    ("cohort/", "the cohort (cohort build's layout)"),
+    ("demo_training.toml", "the demo budget: the comparison's settings file"),
+    ("comparison/", "the comparison of methods (benchmark cohort's layout)"),
+    ("cache/", "the data pipeline's disk cache"),
+    ("roc.png", "the held-out subjects' ROC curves"),
+    ("report.md", "the demo's report"),
+    ("demo.json", "the results, settings and timings (the record)"))
 
 #: Every command's layout: the run folder and the OUTPUT folders of the training commands
 #: first, then the data commands'.

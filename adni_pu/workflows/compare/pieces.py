@@ -450,22 +450,21 @@ def _layouts() -> tuple[Any, Any]:
     """What ``benchmark cohort`` and ``benchmark cohort-report`` write into OUT."""
     from adni_pu import outputs
 
-    report = tuple(outputs.Output(name, "benchmark cohort-report", what) for name, what in (
+    report = (
         ("report.md", "the comparison's report"),
         ("report.json", "the pooled metrics, paired differences and references"),
         ("roc.png", "the held-out ROC curves"),
         ("calibration.png", "the reliability diagram (with a truth)"),
         ("records/", "one results file per method, read by `benchmark table`"),
-        ("volume_features.csv", "the two measured volumes of the reference line")))
-    pieces = tuple(outputs.Output(name, "benchmark cohort", what) for name, what in (
+        ("volume_features.csv", "the two measured volumes of the reference line"))
+    pieces = (
         (SETTINGS_FILE, "the manifest's content hash and the settings (the record)"),
         ("folds/", "each fold's manifest (and the fixed test set's), or with --holdout "
                    "each seed's"),
         ("pieces/", "one run folder per method, fold and seed, with its piece.json"),
-        ("predictions/", "raw scans preprocessed for the fold models' predictions")))
-    return (outputs.Layout("benchmark cohort", "OUT", SETTINGS_FILE, pieces + tuple(
-        outputs.Output(o.name, "benchmark cohort", o.what) for o in report)),
-        outputs.Layout("benchmark cohort-report", "OUT", "report.json", report))
+        ("predictions/", "raw scans preprocessed for the fold models' predictions"))
+    return (outputs.layout("benchmark cohort", "OUT", SETTINGS_FILE, *pieces, *report),
+            outputs.layout("benchmark cohort-report", "OUT", "report.json", *report))
 
 
 #: The names ``benchmark cohort`` writes into OUT (the report's included) and those
